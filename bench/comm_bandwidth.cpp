@@ -1,0 +1,131 @@
+// Bandwidth of all_gather, reduce_scatter and broadcast between 2 real processes over Gloo on
+// loopback, at 1, 64 and 256 MiB. The baseline is a single-process memcpy of the same bytes,
+// measured in the same run: the physical bound of this machine's memory system.
+//
+// Bandwidth = bytes of the full buffer (gathered output, scattered input, broadcast tensor)
+// divided by the time of one operation (the slowest rank's, median of the repetitions).
+//
+//   bench_comm_bandwidth            # starts the 2 ranks itself
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/gloo_communicator.h"
+#include "comm/tcp_store.h"
+
+using namespace ooze::comm;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kWorld = 2;
+const std::vector<int64_t> kSizesMiB = {1, 64, 256};
+
+int repetitions(int64_t mib) { return mib <= 1 ? 50 : (mib <= 64 ? 8 : 4); }
+
+double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  return xs[xs.size() / 2];
+}
+
+// Median seconds of `op` on the slowest rank (each repetition starts from a barrier).
+double time_op(Communicator& comm, int reps, const std::function<void()>& op) {
+  op();  // warm-up: connections, page faults
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    comm.barrier();
+    auto start = Clock::now();
+    op();
+    at::Tensor t = at::full({1}, std::chrono::duration<double>(Clock::now() - start).count(),
+                            at::kDouble);
+    comm.all_reduce(t, ReduceOp::MAX);
+    times.push_back(t.item<double>());
+  }
+  return median(times);
+}
+
+double memcpy_seconds(int64_t bytes, int reps) {
+  std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
+  std::memcpy(dst.data(), src.data(), src.size());
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    auto start = Clock::now();
+    std::memcpy(dst.data(), src.data(), src.size());
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return median(times);
+}
+
+void print_line(const std::string& op, int64_t mib, double seconds, double baseline_seconds) {
+  const double bytes = static_cast<double>(mib) * (1 << 20);
+  const double value = bytes / seconds / 1e9, baseline = bytes / baseline_seconds / 1e9;
+  std::printf(
+      "{\"bench\": \"comm.gloo.%s.%dranks.%lldMiB\", \"metric\": \"bandwidth\", \"value\": %.3f, "
+      "\"unit\": \"GB/s\", \"baseline\": %.3f, \"ratio\": %.4f}\n",
+      op.c_str(), kWorld, static_cast<long long>(mib), value, baseline, value / baseline);
+  std::fflush(stdout);
+}
+
+int run_rank(int rank, int port) {
+  at::set_num_threads(1);
+  auto store = std::make_shared<TcpStore>("127.0.0.1", port, rank, false, std::chrono::seconds(60));
+  auto comm = make_gloo_communicator(store, rank, kWorld, "bench", std::chrono::seconds(120));
+  for (int64_t mib : kSizesMiB) {
+    const int64_t n = mib * (1 << 20) / 4;  // float32 elements in the full buffer
+    const int reps = repetitions(mib);
+    // Rank 0 measures the baseline while rank 1 waits, so they do not compete for memory.
+    double baseline = rank == 0 ? memcpy_seconds(n * 4, reps) : 0.0;
+    comm->barrier();
+
+    at::Tensor full = at::ones({n}), part = at::ones({n / kWorld});
+    double gather = time_op(*comm, reps, [&] { comm->all_gather(full, part); });
+    double scatter = time_op(*comm, reps, [&] { comm->reduce_scatter(part, full); });
+    double bcast = time_op(*comm, reps, [&] { comm->broadcast(full, 0); });
+    if (rank == 0) {
+      print_line("all_gather", mib, gather, baseline);
+      print_line("reduce_scatter", mib, scatter, baseline);
+      print_line("broadcast", mib, bcast, baseline);
+    }
+  }
+  comm->barrier();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--rank") {
+    return run_rank(std::atoi(argv[2]), std::atoi(argv[3]));
+  }
+  // The launcher hosts the store and starts the ranks as real processes.
+  TcpStoreServer store("127.0.0.1", 0);
+  const std::string port = std::to_string(store.port());
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("OMP_NUM_THREADS", "1", 1);
+      std::string r = std::to_string(rank);
+      ::execl("/proc/self/exe", argv[0], "--rank", r.c_str(), port.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+  }
+  return failed;
+}

@@ -1,0 +1,48 @@
+find_package(Threads REQUIRED)
+
+# LibTorch: Debian's libtorch-dev (1.13, CPU) by default, or a PyTorch install's copy through
+# -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)').
+find_package(Torch REQUIRED)
+add_library(Torch::Torch INTERFACE IMPORTED)
+target_link_libraries(Torch::Torch INTERFACE ${TORCH_LIBRARIES})
+target_compile_options(Torch::Torch INTERFACE ${TORCH_CXX_FLAGS})
+foreach(dir ${TORCH_INCLUDE_DIRS})
+  target_include_directories(Torch::Torch SYSTEM INTERFACE ${dir})
+endforeach()
+message(STATUS "ooze: LibTorch ${Torch_VERSION}")
+
+find_package(Gloo REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(GTest REQUIRED)
+
+find_path(OOZE_CEREAL_INCLUDE cereal/cereal.hpp REQUIRED)
+find_path(OOZE_ZMQ_INCLUDE zmq.hpp REQUIRED)
+find_library(OOZE_ZMQ_LIB zmq REQUIRED)
+find_path(OOZE_PCRE2_INCLUDE pcre2.h REQUIRED)
+find_library(OOZE_PCRE2_LIB pcre2-8 REQUIRED)
+
+# NCCL + CUDA runtime: the NCCL backend compiles whenever both are found, so it never rots,
+# even with a CPU-only LibTorch.
+set(OOZE_HAVE_NCCL OFF)
+if(OOZE_WITH_NCCL)
+  find_package(CUDAToolkit QUIET)
+  find_path(OOZE_NCCL_INCLUDE nccl.h
+            HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include ENV NCCL_HOME
+            PATH_SUFFIXES include)
+  find_library(OOZE_NCCL_LIB nccl
+               HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 ENV NCCL_HOME
+               PATH_SUFFIXES lib lib64)
+  if(CUDAToolkit_FOUND AND OOZE_NCCL_INCLUDE AND OOZE_NCCL_LIB)
+    set(OOZE_HAVE_NCCL ON)
+    message(STATUS "ooze: NCCL backend enabled (${OOZE_NCCL_LIB})")
+  else()
+    message(STATUS "ooze: NCCL backend disabled (nccl.h or the CUDA runtime not found)")
+  endif()
+endif()
+
+# A CUDA-enabled LibTorch (from a PyTorch install) lets the NCCL backend use the caller's stream.
+set(OOZE_TORCH_HAS_CUDA OFF)
+if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
+  set(OOZE_TORCH_HAS_CUDA ON)
+  message(STATUS "ooze: LibTorch has CUDA")
+endif()

@@ -1,0 +1,804 @@
+#include "core/config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ooze {
+namespace {
+
+// Thrown by Config::get while checks run, when the check reads a field that failed to resolve.
+// Not an ooze::Error, so a check that catches ConfigError does not swallow it.
+struct BrokenFieldAccess {};
+
+std::string underscores(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+std::string dashes(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
+bool is_snake_case(const std::string& name) {
+  if (name.empty() || !std::islower(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::islower(static_cast<unsigned char>(c)) ||
+           std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Integers print without a fraction ("1", not "1.0"); other numbers as the shortest round trip.
+std::string format_number(double value) {
+  if (std::isfinite(value) && value == std::trunc(value) && std::fabs(value) < 1e15) {
+    return std::to_string(static_cast<int64_t>(value));
+  }
+  return nlohmann::json(value).dump();
+}
+
+// A JSON value as it appears in messages: compact, cut short when huge.
+std::string show_json(const nlohmann::json& value) {
+  std::string text = value.dump();
+  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
+  return out;
+}
+
+// `text` as lines of at most `width` columns (long words excepted), each starting with `indent`.
+std::string wrap(const std::string& text, const std::string& indent, size_t width) {
+  std::istringstream words(text);
+  std::string word, line, out;
+  while (words >> word) {
+    if (!line.empty() && indent.size() + line.size() + 1 + word.size() > width) {
+      out += indent + line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) out += indent + line + "\n";
+  return out;
+}
+
+// What a field accepts, as the object of "expected ...".
+std::string expectation(const FieldSpec& spec) {
+  std::string range = spec.range_text();
+  switch (spec.type) {
+    case FieldType::kBool:
+      return "true or false";
+    case FieldType::kInt:
+      return range.empty() ? "an integer" : "an integer " + range;
+    case FieldType::kDouble:
+      return range.empty() ? "a number" : "a number " + range;
+    case FieldType::kString:
+      return "a string";
+    case FieldType::kEnum:
+      return "one of {" + join(spec.choices, ", ") + "}";
+    case FieldType::kIntList:
+      return range.empty() ? "a list of integers" : "a list of integers, each " + range;
+    case FieldType::kStringList:
+      return "a list of strings";
+  }
+  return "?";
+}
+
+bool in_range(const FieldSpec& spec, long double value) {
+  if (spec.lower) {
+    long double bound = *spec.lower;
+    if (spec.lower_inclusive ? value < bound : value <= bound) return false;
+  }
+  if (spec.upper) {
+    long double bound = *spec.upper;
+    if (spec.upper_inclusive ? value > bound : value >= bound) return false;
+  }
+  return true;
+}
+
+// True when a converted value respects the field's range (every element, for lists).
+bool value_in_range(const FieldSpec& spec, const nlohmann::json& value) {
+  switch (spec.type) {
+    case FieldType::kInt:
+      return in_range(spec, static_cast<long double>(value.get<int64_t>()));
+    case FieldType::kDouble:
+      return in_range(spec, static_cast<long double>(value.get<double>()));
+    case FieldType::kIntList:
+      for (const auto& element : value) {
+        if (!in_range(spec, static_cast<long double>(element.get<int64_t>()))) return false;
+      }
+      return true;
+    default:
+      return true;
+  }
+}
+
+constexpr long double kInt64Limit = 9223372036854775808.0L;  // 2^63
+
+// JSON number -> int64. Returns "" on success, else why not (appended to "expected ...").
+std::string json_to_int(const nlohmann::json& value, int64_t* out) {
+  if (value.is_number_unsigned()) {
+    if (value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return "overflows a 64-bit integer";
+    }
+    *out = static_cast<int64_t>(value.get<uint64_t>());
+    return "";
+  }
+  if (value.is_number_integer()) {
+    *out = value.get<int64_t>();
+    return "";
+  }
+  if (value.is_number_float()) {
+    double d = value.get<double>();
+    if (!std::isfinite(d) || d != std::trunc(d)) return "not an integer";
+    if (d < -kInt64Limit || d >= kInt64Limit) return "overflows a 64-bit integer";
+    *out = static_cast<int64_t>(d);  // 64.0 or 1e3 in a file means what it says
+    return "";
+  }
+  return "not a number";
+}
+
+// Converts a JSON value to the field's type, without range checks. Returns false on mismatch;
+// `why` may then carry a detail ("overflows a 64-bit integer").
+bool convert_json(const FieldSpec& spec, const nlohmann::json& in, nlohmann::json* out,
+                  std::string* why) {
+  switch (spec.type) {
+    case FieldType::kBool:
+      if (!in.is_boolean()) return false;
+      *out = in;
+      return true;
+    case FieldType::kInt: {
+      if (!in.is_number()) return false;
+      int64_t v = 0;
+      *why = json_to_int(in, &v);
+      if (!why->empty()) return false;
+      *out = v;
+      return true;
+    }
+    case FieldType::kDouble:
+      if (!in.is_number()) return false;
+      *out = in.get<double>();
+      return true;
+    case FieldType::kString:
+      if (!in.is_string()) return false;
+      *out = in;
+      return true;
+    case FieldType::kEnum:
+      if (!in.is_string()) return false;
+      if (std::find(spec.choices.begin(), spec.choices.end(), in.get<std::string>()) ==
+          spec.choices.end()) {
+        return false;
+      }
+      *out = in;
+      return true;
+    case FieldType::kIntList: {
+      if (!in.is_array()) return false;
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& element : in) {
+        int64_t v = 0;
+        std::string element_why = json_to_int(element, &v);
+        if (!element_why.empty()) {
+          *why = "element " + show_json(element) + " is " + element_why;
+          return false;
+        }
+        list.push_back(v);
+      }
+      *out = std::move(list);
+      return true;
+    }
+    case FieldType::kStringList:
+      if (!in.is_array()) return false;
+      for (const auto& element : in) {
+        if (!element.is_string()) return false;
+      }
+      *out = in;
+      return true;
+  }
+  return false;
+}
+
+std::string text_to_int(const std::string& text, int64_t* out) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return "not an integer";
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end != text.c_str() + text.size()) return "not an integer";
+  if (errno == ERANGE) return "overflows a 64-bit integer";
+  *out = static_cast<int64_t>(v);
+  return "";
+}
+
+// Command-line text -> the field's type. Same contract as convert_json.
+bool convert_text(const FieldSpec& spec, const std::string& text, nlohmann::json* out,
+                  std::string* why) {
+  switch (spec.type) {
+    case FieldType::kBool:
+      if (text == "true" || text == "1") {
+        *out = true;
+      } else if (text == "false" || text == "0") {
+        *out = false;
+      } else {
+        return false;
+      }
+      return true;
+    case FieldType::kInt: {
+      int64_t v = 0;
+      *why = text_to_int(text, &v);
+      if (!why->empty()) return false;
+      *out = v;
+      return true;
+    }
+    case FieldType::kDouble: {
+      if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return false;
+      char* end = nullptr;
+      double v = std::strtod(text.c_str(), &end);
+      if (end != text.c_str() + text.size()) return false;
+      if (!std::isfinite(v)) {
+        *why = "not a finite number";
+        return false;
+      }
+      *out = v;
+      return true;
+    }
+    case FieldType::kString:
+      *out = text;
+      return true;
+    case FieldType::kEnum:
+      return convert_json(spec, nlohmann::json(text), out, why);
+    case FieldType::kIntList:
+    case FieldType::kStringList: {
+      nlohmann::json list = nlohmann::json::array();
+      std::stringstream stream(text);
+      std::string item;
+      while (!text.empty() && std::getline(stream, item, ',')) {
+        if (spec.type == FieldType::kStringList) {
+          list.push_back(item);
+          continue;
+        }
+        int64_t v = 0;
+        std::string element_why = text_to_int(item, &v);
+        if (!element_why.empty()) {
+          *why = "element '" + item + "' is " + element_why;
+          return false;
+        }
+        list.push_back(v);
+      }
+      if (!text.empty() && text.back() == ',' && spec.type == FieldType::kIntList) {
+        *why = "trailing comma";
+        return false;
+      }
+      *out = std::move(list);
+      return true;
+    }
+  }
+  return false;
+}
+
+// "<where>: expected <what>, got <value>[ (<why>)]".
+std::string mismatch(const std::string& where, const FieldSpec& spec, const std::string& shown,
+                     const std::string& why) {
+  return where + ": expected " + expectation(spec) + ", got " + shown +
+         (why.empty() ? "" : " (" + why + ")");
+}
+
+// Checks that a schema default satisfies the field's own declaration.
+void validate_default(const FieldSpec& spec) {
+  if (spec.is_required) return;
+  if (!value_in_range(spec, spec.default_value)) {
+    throw ConfigError("schema: default " + show_json(spec.default_value) + " of '" + spec.name +
+                      "' is outside its range " + spec.range_text());
+  }
+}
+
+std::string source_name(ConfigSource source) {
+  switch (source) {
+    case ConfigSource::kDefault:
+      return "default";
+    case ConfigSource::kFile:
+      return "file";
+    case ConfigSource::kFlag:
+      return "flag";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string field_type_name(FieldType type) {
+  switch (type) {
+    case FieldType::kBool:
+      return "bool";
+    case FieldType::kInt:
+      return "int";
+    case FieldType::kDouble:
+      return "float";
+    case FieldType::kString:
+      return "string";
+    case FieldType::kEnum:
+      return "enum";
+    case FieldType::kIntList:
+      return "int list";
+    case FieldType::kStringList:
+      return "string list";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// FieldSpec
+
+FieldSpec& FieldSpec::min(double value) {
+  lower = value;
+  lower_inclusive = true;
+  validate_default(*this);
+  return *this;
+}
+
+FieldSpec& FieldSpec::greater_than(double value) {
+  lower = value;
+  lower_inclusive = false;
+  validate_default(*this);
+  return *this;
+}
+
+FieldSpec& FieldSpec::max(double value) {
+  upper = value;
+  upper_inclusive = true;
+  validate_default(*this);
+  return *this;
+}
+
+FieldSpec& FieldSpec::less_than(double value) {
+  upper = value;
+  upper_inclusive = false;
+  validate_default(*this);
+  return *this;
+}
+
+FieldSpec& FieldSpec::required() {
+  is_required = true;
+  default_value = nullptr;
+  return *this;
+}
+
+std::string FieldSpec::flag() const { return "--" + dashes(name); }
+
+std::string FieldSpec::range_text() const {
+  if (lower && upper) {
+    return std::string("in ") + (lower_inclusive ? "[" : "(") + format_number(*lower) + ", " +
+           format_number(*upper) + (upper_inclusive ? "]" : ")");
+  }
+  if (lower) return (lower_inclusive ? ">= " : "> ") + format_number(*lower);
+  if (upper) return (upper_inclusive ? "<= " : "< ") + format_number(*upper);
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+// ConfigSchema
+
+ConfigSchema& ConfigSchema::section(const std::string& name) {
+  current_section_ = name;
+  return *this;
+}
+
+FieldSpec& ConfigSchema::add(const std::string& name, FieldType type, nlohmann::json default_value,
+                             const std::string& doc) {
+  if (!is_snake_case(name)) {
+    throw ConfigError("schema: field name '" + name + "' is not snake_case");
+  }
+  if (find(name) != nullptr) throw ConfigError("schema: field '" + name + "' declared twice");
+  FieldSpec spec;
+  spec.name = name;
+  spec.type = type;
+  spec.default_value = std::move(default_value);
+  spec.doc = doc;
+  spec.section = current_section_;
+  fields_.push_back(std::move(spec));
+  return fields_.back();
+}
+
+FieldSpec& ConfigSchema::add_bool(const std::string& name, bool default_value,
+                                  const std::string& doc) {
+  return add(name, FieldType::kBool, default_value, doc);
+}
+
+FieldSpec& ConfigSchema::add_int(const std::string& name, int64_t default_value,
+                                 const std::string& doc) {
+  return add(name, FieldType::kInt, default_value, doc);
+}
+
+FieldSpec& ConfigSchema::add_double(const std::string& name, double default_value,
+                                    const std::string& doc) {
+  return add(name, FieldType::kDouble, default_value, doc);
+}
+
+FieldSpec& ConfigSchema::add_string(const std::string& name, const std::string& default_value,
+                                    const std::string& doc) {
+  return add(name, FieldType::kString, default_value, doc);
+}
+
+FieldSpec& ConfigSchema::add_enum(const std::string& name, const std::vector<std::string>& choices,
+                                  const std::string& default_value, const std::string& doc) {
+  if (std::find(choices.begin(), choices.end(), default_value) == choices.end()) {
+    throw ConfigError("schema: default '" + default_value + "' of '" + name + "' is not one of {" +
+                      join(choices, ", ") + "}");
+  }
+  FieldSpec& spec = add(name, FieldType::kEnum, default_value, doc);
+  spec.choices = choices;
+  return spec;
+}
+
+FieldSpec& ConfigSchema::add_int_list(const std::string& name,
+                                      const std::vector<int64_t>& default_value,
+                                      const std::string& doc) {
+  return add(name, FieldType::kIntList, default_value, doc);
+}
+
+FieldSpec& ConfigSchema::add_string_list(const std::string& name,
+                                         const std::vector<std::string>& default_value,
+                                         const std::string& doc) {
+  return add(name, FieldType::kStringList, default_value, doc);
+}
+
+void ConfigSchema::add_check(const std::string& name, ConfigCheck check) {
+  checks_.emplace_back(name, std::move(check));
+}
+
+const FieldSpec* ConfigSchema::find(const std::string& name) const {
+  std::string key = underscores(name);
+  for (const auto& spec : fields_) {
+    if (spec.name == key) return &spec;
+  }
+  return nullptr;
+}
+
+std::string ConfigSchema::nearest_field(const std::string& name) const {
+  std::string key = underscores(name);
+  // Close means at most a third of the longer name differs (typos and truncations).
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const auto& spec : fields_) {
+    size_t distance = edit_distance(key, spec.name);
+    size_t threshold = std::max<size_t>(1, std::max(key.size(), spec.name.size()) / 3);
+    if (distance <= threshold && distance < best_distance) {
+      best = spec.name;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+std::string ConfigSchema::help() const {
+  std::ostringstream out;
+  out << "Every flag is also a JSON key with underscores (--global-batch-size -> "
+         "global_batch_size).\nPrecedence: default < config file < flags (later flags win).\n";
+  std::vector<std::string> sections;
+  for (const auto& spec : fields_) {
+    if (std::find(sections.begin(), sections.end(), spec.section) == sections.end()) {
+      sections.push_back(spec.section);
+    }
+  }
+  for (const auto& section : sections) {
+    out << "\n" << section << ":\n";
+    for (const auto& spec : fields_) {
+      if (spec.section != section) continue;
+      std::string usage;
+      switch (spec.type) {
+        case FieldType::kBool:
+          usage = "--[no-]" + dashes(spec.name);
+          break;
+        case FieldType::kEnum:
+          usage = spec.flag() + " {" + join(spec.choices, ",") + "}";
+          break;
+        default:
+          usage = spec.flag() + " <" + field_type_name(spec.type) + ">";
+      }
+      std::string facts = spec.is_required ? "required" : "default: " + spec.default_value.dump();
+      if (!spec.range_text().empty()) facts += "; range: " + spec.range_text();
+      out << "  " << usage;
+      if (usage.size() < 38)
+        out << std::string(38 - usage.size(), ' ');
+      else
+        out << "\n  " << std::string(38, ' ');
+      out << facts << "\n" << wrap(spec.doc, "      ", 100);
+    }
+  }
+  return out.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config
+
+const Config::Entry& Config::entry(const std::string& key, const char* requested_type) const {
+  if (!schema_) throw ConfigError("Config: empty config (build one with load_config)");
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    std::string nearest = schema_->nearest_field(key);
+    throw ConfigError(std::string("Config::get<") + requested_type + ">: '" + key +
+                      "' is not a declared config field" +
+                      (nearest.empty() ? "" : "; did you mean '" + nearest + "'?"));
+  }
+  if (broken_.count(key) != 0) throw BrokenFieldAccess{};
+  return it->second;
+}
+
+const nlohmann::json& Config::value_as(const std::string& key, FieldType type) const {
+  const char* requested = type == FieldType::kString    ? "std::string"
+                          : type == FieldType::kInt     ? "int64_t"
+                          : type == FieldType::kDouble  ? "double"
+                          : type == FieldType::kBool    ? "bool"
+                          : type == FieldType::kIntList ? "std::vector<int64_t>"
+                                                        : "std::vector<std::string>";
+  const Entry& found = entry(key, requested);
+  FieldType declared = schema_->find(key)->type;
+  bool matches = declared == type || (type == FieldType::kString && declared == FieldType::kEnum);
+  if (!matches) {
+    throw ConfigError(std::string("Config::get<") + requested + ">('" + key + "'): the field is " +
+                      "declared as " + field_type_name(declared));
+  }
+  return found.value;
+}
+
+ConfigSource Config::source(const std::string& key) const { return entry(key, "source").source; }
+
+const std::string& Config::origin(const std::string& key) const {
+  return entry(key, "origin").origin;
+}
+
+bool Config::is_default_value(const std::string& key) const {
+  return entry(key, "is_default_value").value == schema_->find(key)->default_value;
+}
+
+nlohmann::json Config::to_json() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [key, found] : entries_) out[key] = found.value;
+  return out;
+}
+
+std::string Config::describe() const {
+  if (!schema_) return "";
+  size_t key_width = 0, value_width = 0;
+  for (const auto& spec : schema_->fields()) {
+    key_width = std::max(key_width, spec.name.size());
+    value_width = std::max(value_width, show_json(entries_.at(spec.name).value).size());
+  }
+  value_width = std::min<size_t>(value_width, 40);
+  std::ostringstream out;
+  std::string section;
+  for (const auto& spec : schema_->fields()) {
+    if (spec.section != section || out.tellp() == 0) {
+      section = spec.section;
+      out << section << ":\n";
+    }
+    const Entry& found = entries_.at(spec.name);
+    bool differs = found.value != spec.default_value;
+    std::string value = show_json(found.value);
+    out << (differs ? "  * " : "    ") << spec.name
+        << std::string(key_width - spec.name.size(), ' ') << " = " << value;
+    if (found.source != ConfigSource::kDefault) {
+      if (value.size() < value_width) out << std::string(value_width - value.size(), ' ');
+      out << "  (" << source_name(found.source) << " " << found.origin;
+      if (differs && !spec.is_required) out << "; default " << show_json(spec.default_value);
+      out << ")";
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+void Config::save_effective_config(const std::string& dir) const {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) throw IoError("cannot create directory '" + dir + "': " + error.message());
+  std::string path = (std::filesystem::path(dir) / "config.json").string();
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::string text = to_json().dump(2) + "\n";
+  FILE* file = std::fopen(tmp.c_str(), "w");
+  if (file == nullptr) throw IoError("cannot write '" + tmp + "': " + std::strerror(errno));
+  bool ok = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  ok = std::fflush(file) == 0 && ok;
+  ok = ::fsync(fileno(file)) == 0 && ok;  // the rename must not expose an unwritten file
+  int saved_errno = errno;
+  ok = std::fclose(file) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string reason = std::strerror(ok ? errno : saved_errno);
+    std::remove(tmp.c_str());
+    throw IoError("cannot write '" + path + "': " + reason);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_values,
+                      const std::string& origin, const std::vector<std::string>& args) {
+  Config config;
+  config.schema_ = std::make_shared<const ConfigSchema>(schema);
+  std::vector<std::string> problems;
+
+  for (const auto& spec : schema.fields()) config.entries_[spec.name].value = spec.default_value;
+
+  auto set = [&](const FieldSpec& spec, nlohmann::json value, ConfigSource source,
+                 const std::string& where) {
+    Config::Entry& slot = config.entries_[spec.name];
+    slot.value = std::move(value);
+    slot.source = source;
+    slot.origin = where;
+    config.broken_.erase(spec.name);
+  };
+
+  // The file.
+  if (!file_values.is_null() && !file_values.is_object()) {
+    problems.push_back(origin + ": expected a JSON object at the top level, got " +
+                       std::string(file_values.type_name()));
+  } else if (file_values.is_object()) {
+    for (const auto& [key, raw] : file_values.items()) {
+      const FieldSpec* spec = schema.find(key);
+      if (spec == nullptr || spec->name != key) {
+        std::string nearest = schema.nearest_field(key);
+        problems.push_back("unknown key '" + key + "' in " + origin +
+                           (nearest.empty() ? "" : "; did you mean '" + nearest + "'?"));
+        continue;
+      }
+      nlohmann::json value;
+      std::string why;
+      std::string where = "'" + key + "' in " + origin;
+      if (!convert_json(*spec, raw, &value, &why) || !value_in_range(*spec, value)) {
+        problems.push_back(mismatch(where, *spec, show_json(raw), why));
+        config.broken_.insert(key);
+        continue;
+      }
+      set(*spec, std::move(value), ConfigSource::kFile, origin);
+    }
+  }
+
+  // The flags, in order.
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.size() <= 2 || arg.compare(0, 2, "--") != 0) {
+      problems.push_back("unexpected argument '" + arg + "': flags look like --key value");
+      continue;
+    }
+    size_t equals = arg.find('=');
+    std::string typed = arg.substr(0, equals);  // "--global-batch-size" as the user wrote it
+    std::optional<std::string> inline_value;
+    if (equals != std::string::npos) inline_value = arg.substr(equals + 1);
+    std::string key = underscores(typed.substr(2));
+    bool next_is_value = i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0;
+
+    const FieldSpec* spec = schema.find(key);
+    bool negated = false;
+    if (spec == nullptr && key.compare(0, 3, "no_") == 0) {
+      const FieldSpec* positive = schema.find(key.substr(3));
+      if (positive != nullptr && positive->type == FieldType::kBool) {
+        spec = positive;
+        negated = true;
+      }
+    }
+    if (spec == nullptr) {
+      std::string nearest = schema.nearest_field(key);
+      problems.push_back("unknown flag '" + typed + "'" +
+                         (nearest.empty() ? "" : "; did you mean '--" + dashes(nearest) + "'?"));
+      if (!inline_value && next_is_value) ++i;  // its value, most likely
+      continue;
+    }
+
+    std::string text;
+    if (negated) {
+      if (inline_value) {
+        problems.push_back(typed + " takes no value, got '" + *inline_value + "'");
+        continue;
+      }
+      text = "false";
+    } else if (inline_value) {
+      text = *inline_value;
+    } else if (spec->type == FieldType::kBool) {
+      text = "true";
+      if (next_is_value) {
+        const std::string& next = args[i + 1];
+        if (next == "true" || next == "false" || next == "1" || next == "0") text = args[++i];
+      }
+    } else if (next_is_value) {
+      text = args[++i];
+    } else {
+      problems.push_back(typed + ": missing value (expected " + expectation(*spec) + ")");
+      config.broken_.insert(spec->name);
+      continue;
+    }
+
+    nlohmann::json value;
+    std::string why;
+    if (!convert_text(*spec, text, &value, &why) || !value_in_range(*spec, value)) {
+      problems.push_back(mismatch(typed, *spec, "'" + text + "'", why));
+      config.broken_.insert(spec->name);
+      continue;
+    }
+    set(*spec, std::move(value), ConfigSource::kFlag, typed);
+  }
+
+  for (const auto& spec : schema.fields()) {
+    if (spec.is_required && config.entries_[spec.name].value.is_null() &&
+        config.broken_.count(spec.name) == 0) {
+      problems.push_back("missing required field '" + spec.name +
+                         "' (set it in the config file or "
+                         "with " +
+                         spec.flag() + "): " + spec.doc);
+      config.broken_.insert(spec.name);
+    }
+  }
+
+  for (const auto& [name, check] : schema.checks()) {
+    std::string message;
+    try {
+      message = check(config);
+    } catch (const BrokenFieldAccess&) {
+      continue;  // it depends on a field already reported above
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    if (!message.empty()) problems.push_back(message + " [check " + name + "]");
+  }
+  config.broken_.clear();
+
+  if (!problems.empty()) {
+    std::string text = "invalid configuration (" + std::to_string(problems.size()) +
+                       (problems.size() == 1 ? " problem):" : " problems):");
+    for (const auto& problem : problems) text += "\n  " + problem;
+    throw ConfigError(text);
+  }
+  return config;
+}
+
+Config load_config(const ConfigSchema& schema, const std::string& file_path,
+                   const std::vector<std::string>& args) {
+  nlohmann::json file_values;
+  if (!file_path.empty()) {
+    std::ifstream in(file_path);
+    if (!in) {
+      throw ConfigError("cannot read config file '" + file_path + "': " + std::strerror(errno));
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+      // Comments are allowed: experiment files are documentation too.
+      file_values = nlohmann::json::parse(text.str(), nullptr, true, /*ignore_comments=*/true);
+    } catch (const nlohmann::json::parse_error& e) {
+      // e.what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ...".
+      std::string what = e.what();
+      size_t start = what.find("] ");
+      throw ConfigError("invalid JSON in config file '" + file_path +
+                        "': " + (start == std::string::npos ? what : what.substr(start + 2)));
+    }
+  }
+  return resolve_config(schema, file_values, file_path, args);
+}
+
+}  // namespace ooze

@@ -1,0 +1,193 @@
+// Typed, documented experiment configuration: JSON file + command-line overrides.
+//
+// A ConfigSchema declares every field once (type, default, range, one-line doc, section);
+// load_config() resolves defaults < JSON file < flags and reports every problem at once:
+//
+//   ConfigSchema schema;
+//   schema.section("train");
+//   schema.add_int("global_batch_size", 64, "Samples per optimizer step.").min(1);
+//   schema.add_check("batch_split", [](const Config& c) -> std::string { ... });
+//   Config config = load_config(schema, "exp.json", {"--global-batch-size", "128"});
+//   int64_t batch = config.get<int64_t>("global_batch_size");
+//
+// JSON keys are snake_case (`global_batch_size`); flags are the same name with dashes or
+// underscores (`--global-batch-size`, `--global_batch_size`). Flag forms: `--key value`,
+// `--key=value`; bools also take a bare `--flag` (true), `--flag true|false` and `--no-flag`.
+// Lists are JSON arrays in files and comma-separated on the command line (`--ranks 0,2,3`).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace ooze {
+
+class Config;
+
+enum class FieldType { kBool, kInt, kDouble, kString, kEnum, kIntList, kStringList };
+
+// "bool", "int", "float", "string", "enum", "int list", "string list".
+std::string field_type_name(FieldType type);
+
+// One declared field. Built by ConfigSchema::add_*; the chainable setters refine it right after:
+//   schema.add_double("lr", 0.05, "Learning rate.").greater_than(0);
+struct FieldSpec {
+  std::string name;  // snake_case JSON key
+  FieldType type = FieldType::kString;
+  nlohmann::json default_value;  // null when required
+  bool is_required = false;
+  std::string doc;
+  std::string section;
+  std::vector<std::string> choices;  // kEnum only
+
+  // Inclusive or exclusive numeric bounds; for lists they apply to every element.
+  std::optional<double> lower, upper;
+  bool lower_inclusive = true, upper_inclusive = true;
+
+  FieldSpec& min(double value);           // value >= min
+  FieldSpec& greater_than(double value);  // value >  bound
+  FieldSpec& max(double value);           // value <= max
+  FieldSpec& less_than(double value);     // value <  bound
+  FieldSpec& required();                  // no default: the file or a flag must set it
+
+  // "--global-batch-size".
+  std::string flag() const;
+  // "", ">= 1", "> 0", "in [0, 1)".
+  std::string range_text() const;
+};
+
+// Returns "" when the config is consistent, otherwise a message naming every key and value
+// involved ("global_batch_size = 64 is not divisible by world_size = 3"). Throwing
+// ooze::ConfigError with such a message works too.
+using ConfigCheck = std::function<std::string(const Config&)>;
+
+class ConfigSchema {
+ public:
+  // Fields declared after this call belong to `name` (for help() and Config::describe()).
+  ConfigSchema& section(const std::string& name);
+
+  FieldSpec& add_bool(const std::string& name, bool default_value, const std::string& doc);
+  FieldSpec& add_int(const std::string& name, int64_t default_value, const std::string& doc);
+  FieldSpec& add_double(const std::string& name, double default_value, const std::string& doc);
+  FieldSpec& add_string(const std::string& name, const std::string& default_value,
+                        const std::string& doc);
+  FieldSpec& add_enum(const std::string& name, const std::vector<std::string>& choices,
+                      const std::string& default_value, const std::string& doc);
+  FieldSpec& add_int_list(const std::string& name, const std::vector<int64_t>& default_value,
+                          const std::string& doc);
+  FieldSpec& add_string_list(const std::string& name, const std::vector<std::string>& default_value,
+                             const std::string& doc);
+
+  // Cross-field validation, run after every field resolved. A check that reads a field which
+  // itself failed to resolve is skipped (its message would be about a value nobody chose).
+  void add_check(const std::string& name, ConfigCheck check);
+
+  // Declaration order; a deque so the references add_* return stay valid.
+  const std::deque<FieldSpec>& fields() const { return fields_; }
+  const std::vector<std::pair<std::string, ConfigCheck>>& checks() const { return checks_; }
+  // nullptr when `name` is not declared. Accepts dashes for underscores.
+  const FieldSpec* find(const std::string& name) const;
+  // The declared name closest to `name` by edit distance, or "" when nothing is close.
+  std::string nearest_field(const std::string& name) const;
+
+  // Field reference grouped by section: flag, type, default, range, JSON key and doc.
+  std::string help() const;
+
+ private:
+  FieldSpec& add(const std::string& name, FieldType type, nlohmann::json default_value,
+                 const std::string& doc);
+
+  std::string current_section_ = "general";
+  std::deque<FieldSpec> fields_;
+  std::vector<std::pair<std::string, ConfigCheck>> checks_;
+};
+
+enum class ConfigSource { kDefault, kFile, kFlag };
+
+// The resolved value of every declared field, plus where each one came from.
+// Immutable once loaded, so concurrent reads are safe; it keeps its own copy of the schema.
+class Config {
+ public:
+  // T is bool, int64_t, double, std::string (string and enum fields), std::vector<int64_t>
+  // or std::vector<std::string>, and must match the declared type: get<double> of an int
+  // field throws ConfigError (a programmer error, reported clearly).
+  template <typename T>
+  T get(const std::string& key) const;
+
+  ConfigSource source(const std::string& key) const;
+  // Where the value came from: "default", the file path, or the flag as typed ("--lr").
+  const std::string& origin(const std::string& key) const;
+  bool is_default_value(const std::string& key) const;
+
+  const ConfigSchema& schema() const { return *schema_; }
+
+  // Every field, defaults included.
+  nlohmann::json to_json() const;
+  // Grouped by section; values that differ from their default are marked '*' and annotated
+  // with their origin and the default.
+  std::string describe() const;
+  // Writes `dir`/config.json (creating `dir`) through a temporary file and rename, so a crash
+  // never leaves a torn file. Throws IoError.
+  void save_effective_config(const std::string& dir) const;
+
+ private:
+  friend Config resolve_config(const ConfigSchema&, const nlohmann::json&, const std::string&,
+                               const std::vector<std::string>&);
+  struct Entry {
+    nlohmann::json value;
+    ConfigSource source = ConfigSource::kDefault;
+    std::string origin = "default";
+  };
+
+  const Entry& entry(const std::string& key, const char* requested_type) const;
+  const nlohmann::json& value_as(const std::string& key, FieldType type) const;
+
+  std::shared_ptr<const ConfigSchema> schema_;
+  std::map<std::string, Entry> entries_;
+  std::set<std::string> broken_;  // fields that failed to resolve; only non-empty mid-load
+};
+
+// Resolves defaults < `file_path` (a JSON object; "" for none) < `args` (flags, in order;
+// later flags win). Throws one ConfigError listing every problem, one per line.
+Config load_config(const ConfigSchema& schema, const std::string& file_path,
+                   const std::vector<std::string>& args);
+
+// As load_config, with the file's content already parsed; `origin` names it in messages.
+Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_values,
+                      const std::string& origin, const std::vector<std::string>& args);
+
+namespace detail {
+template <typename T>
+inline constexpr bool kAlwaysFalse = false;
+}  // namespace detail
+
+template <typename T>
+T Config::get(const std::string& key) const {
+  if constexpr (std::is_same_v<T, bool>) {
+    return value_as(key, FieldType::kBool).get<bool>();
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    return value_as(key, FieldType::kInt).get<int64_t>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    return value_as(key, FieldType::kDouble).get<double>();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return value_as(key, FieldType::kString).get<std::string>();
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    return value_as(key, FieldType::kIntList).get<std::vector<int64_t>>();
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    return value_as(key, FieldType::kStringList).get<std::vector<std::string>>();
+  } else {
+    static_assert(detail::kAlwaysFalse<T>,
+                  "Config::get<T>: T must be bool, int64_t, double, std::string, "
+                  "std::vector<int64_t> or std::vector<std::string>");
+  }
+}
+
+}  // namespace ooze

@@ -1,0 +1,49 @@
+// Training metrics as JSON Lines: one object per call, e.g.
+//   {"step": 3, "wall_time": 1712345678.25, "elapsed": 4.5, "loss": 0.31, "lr": 0.05}
+// `wall_time` is seconds since the Unix epoch, `elapsed` seconds since the sink was created.
+//
+// The file is opened in append mode (a resumed run continues the same file) and flushed after
+// every line, so a crash loses at most the line being written. JSON has no NaN or Infinity:
+// non-finite values are written as null. Safe to call from several threads.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <type_traits>
+
+namespace ooze {
+
+class MetricsSink {
+ public:
+  // Creates the parent directory if needed. Throws IoError when the file cannot be opened.
+  explicit MetricsSink(const std::string& path);
+  ~MetricsSink();
+  MetricsSink(const MetricsSink&) = delete;
+  MetricsSink& operator=(const MetricsSink&) = delete;
+
+  void log(int64_t step, const std::map<std::string, double>& metrics);
+
+  // A JSON object of metrics (numbers, strings, nested objects). A template only so that a
+  // braced list, `log(step, {{"loss", 0.5}})`, unambiguously picks the map overload.
+  template <typename Json, typename = std::enable_if_t<std::is_same_v<Json, nlohmann::json>>>
+  void log(int64_t step, const Json& metrics) {
+    log_object(step, metrics);
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  void log_object(int64_t step, const nlohmann::json& metrics);
+
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::chrono::steady_clock::time_point start_;
+  std::mutex mutex_;
+};
+
+}  // namespace ooze

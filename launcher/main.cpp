@@ -1,0 +1,54 @@
+// The `ooze` command line.
+#include <unistd.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "launcher/experiment_config.h"
+#include "launcher/foundation_demo.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: ooze COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  demo [--config FILE] [--FIELD VALUE ...]\n"
+    "                 run the foundation demo (data-parallel training over real processes)\n"
+    "  config-help    list every experiment config field with its flag, type, default and doc\n"
+    "  help           show this message\n";
+
+std::string self_executable() {
+  char path[4096];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) throw ooze::Error("cannot find the ooze executable through /proc/self/exe");
+  path[n] = '\0';
+  return path;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  try {
+    if (command == "demo") return ooze::launcher::run_foundation_demo(self_executable(), rest);
+    if (command == "demo-rank") return ooze::launcher::run_foundation_demo_rank(rest);
+    if (command == "config-help") {
+      std::cout << ooze::launcher::experiment_schema().help();
+      return 0;
+    }
+  } catch (const ooze::Error& e) {
+    std::cerr << "ooze " << command << ": " << e.what() << "\n";
+    return 1;
+  }
+  std::cerr << "ooze: unknown command '" << command << "'\n\n" << kUsage;
+  return 2;
+}

