@@ -611,9 +611,17 @@ class GlooCommunicator final : public Communicator {
     for (size_t i = 1; i < counts.size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
     int64_t max_count = *std::max_element(counts.begin(), counts.end());
     if (max_count == 0) return;
-    auto options = input.options();
-    at::Tensor incoming = at::empty({max_count}, options);
-    at::Tensor partial[2] = {at::empty({max_count}, options), at::empty({max_count}, options)};
+    // Scratch is kept between calls: fresh buffers of this size would cost a page fault per
+    // 4 KiB on every call, as much as the transfer itself.
+    const int64_t scratch_bytes = 3 * max_count * static_cast<int64_t>(element);
+    if (!scratch_.defined() || scratch_.numel() < scratch_bytes) {
+      scratch_ = at::empty({scratch_bytes}, at::kByte);
+    }
+    auto slice = [&](int i) {
+      return static_cast<char*>(scratch_.data_ptr()) + i * max_count * static_cast<int64_t>(element);
+    };
+    char* incoming = slice(0);
+    char* partial[2] = {slice(1), slice(2)};
     char* in_base = static_cast<char*>(input.data_ptr());
     auto wrap = [](int r, int n) { return ((r % n) + n) % n; };
     const int right = wrap(rank_ + 1, size_), left = wrap(rank_ - 1, size_);
@@ -624,12 +632,11 @@ class GlooCommunicator final : public Communicator {
       const int recv_chunk = wrap(rank_ - step - 2, size_);
       const size_t send_bytes = static_cast<size_t>(counts[send_chunk]) * element;
       const size_t recv_bytes = static_cast<size_t>(counts[recv_chunk]) * element;
-      void* send_from = step == 0 ? in_base + offsets[send_chunk] * element
-                                  : partial[(step - 1) % 2].data_ptr();
-      void* reduce_into = step == size_ - 2 ? output.data_ptr() : partial[step % 2].data_ptr();
+      void* send_from = step == 0 ? in_base + offsets[send_chunk] * element : partial[(step - 1) % 2];
+      void* reduce_into = step == size_ - 2 ? output.data_ptr() : partial[step % 2];
       std::unique_ptr<gloo::transport::UnboundBuffer> recv_buffer, send_buffer;
       if (recv_bytes > 0) {
-        recv_buffer = context_->createUnboundBuffer(incoming.data_ptr(), recv_bytes);
+        recv_buffer = context_->createUnboundBuffer(incoming, recv_bytes);
         recv_buffer->recv(left, slot);
       }
       if (send_bytes > 0) {
@@ -638,7 +645,7 @@ class GlooCommunicator final : public Communicator {
       }
       if (recv_buffer) {
         if (!recv_buffer->waitRecv(deadline)) throw CommError("receive aborted");
-        kernel(reduce_into, in_base + offsets[recv_chunk] * element, incoming.data_ptr(),
+        kernel(reduce_into, in_base + offsets[recv_chunk] * element, incoming,
                static_cast<size_t>(counts[recv_chunk]));
       }
       if (send_buffer && !send_buffer->waitSend(deadline)) throw CommError("send aborted");
@@ -656,6 +663,7 @@ class GlooCommunicator final : public Communicator {
   milliseconds grace_;
   std::string host_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  at::Tensor scratch_;  // ring reduce-scatter buffers, used by the operation thread only
 
   std::mutex mutex_;
   std::condition_variable queue_cv_;
