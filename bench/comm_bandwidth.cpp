@@ -45,8 +45,8 @@ double time_op(Communicator& comm, int reps, const std::function<void()>& op) {
     comm.barrier();
     auto start = Clock::now();
     op();
-    at::Tensor t = at::full({1}, std::chrono::duration<double>(Clock::now() - start).count(),
-                            at::kDouble);
+    at::Tensor t =
+        at::full({1}, std::chrono::duration<double>(Clock::now() - start).count(), at::kDouble);
     comm.all_reduce(t, ReduceOp::MAX);
     times.push_back(t.item<double>());
   }

@@ -5,10 +5,14 @@ namespace comm {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::SUM: return "sum";
-    case ReduceOp::AVG: return "avg";
-    case ReduceOp::MAX: return "max";
-    case ReduceOp::MIN: return "min";
+    case ReduceOp::SUM:
+      return "sum";
+    case ReduceOp::AVG:
+      return "avg";
+    case ReduceOp::MAX:
+      return "max";
+    case ReduceOp::MIN:
+      return "min";
   }
   return "unknown";
 }

@@ -179,8 +179,8 @@ class GlooCommunicator final : public Communicator {
     return enqueue(what, describe_tensor(output), [this, output, in, counts](uint32_t tag) {
       if (output.numel() == 0) return;
       const size_t element = static_cast<size_t>(in.element_size());
-      bool even = std::all_of(counts.begin(), counts.end(),
-                              [&](int64_t c) { return c == counts[0]; });
+      bool even =
+          std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
       if (even) {
         gloo::AllgatherOptions opts(context_);
         opts.setInput(static_cast<uint8_t*>(in.data_ptr()), in.numel() * element);
@@ -203,9 +203,8 @@ class GlooCommunicator final : public Communicator {
 
   WorkPtr reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
                                ReduceOp op) override {
-    return reduce_scatter_v_async(output, input,
-                                  std::vector<int64_t>(static_cast<size_t>(size_), output.numel()),
-                                  op);
+    return reduce_scatter_v_async(
+        output, input, std::vector<int64_t>(static_cast<size_t>(size_), output.numel()), op);
   }
 
   WorkPtr reduce_scatter_v_async(const at::Tensor& output, const at::Tensor& input,
@@ -242,14 +241,16 @@ class GlooCommunicator final : public Communicator {
   }
 
   WorkPtr send_async(const at::Tensor& tensor, int dst, uint32_t tag) override {
-    const std::string what = "send(to " + std::to_string(dst) + ", tag " + std::to_string(tag) + ")";
+    const std::string what =
+        "send(to " + std::to_string(dst) + ", tag " + std::to_string(tag) + ")";
     check_cpu(what, "tensor", tensor);
     check_peer(what, "destination", dst);
     return post_transfer(what, tensor.contiguous(), /*is_send=*/true, dst, tag);
   }
 
   WorkPtr recv_async(const at::Tensor& tensor, int src, uint32_t tag) override {
-    const std::string what = "recv(from " + std::to_string(src) + ", tag " + std::to_string(tag) + ")";
+    const std::string what =
+        "recv(from " + std::to_string(src) + ", tag " + std::to_string(tag) + ")";
     check_cpu(what, "tensor", tensor);
     check_contiguous(what, "tensor", tensor);
     check_peer(what, "source", src);
@@ -292,8 +293,8 @@ class GlooCommunicator final : public Communicator {
     }
     std::vector<int> global;
     for (int r : ranks) global.push_back(global_ranks_[static_cast<size_t>(r)]);
-    return std::make_shared<GlooCommunicator>(root_store_, key_path_ + "/" + name, global,
-                                              my_index, name, timeout_, host_);
+    return std::make_shared<GlooCommunicator>(root_store_, key_path_ + "/" + name, global, my_index,
+                                              name, timeout_, host_);
   }
 
  private:
@@ -357,9 +358,8 @@ class GlooCommunicator final : public Communicator {
   }
   // counts[r] elements belong to rank r: counts has one entry per rank, counts[rank] equals
   // the per-rank tensor and the counts add up to the flat tensor.
-  void check_counts(const std::string& what, const std::vector<int64_t>& counts,
-                    int64_t mine, int64_t total, const char* mine_name,
-                    const char* total_name) const {
+  void check_counts(const std::string& what, const std::vector<int64_t>& counts, int64_t mine,
+                    int64_t total, const char* mine_name, const char* total_name) const {
     if (static_cast<int>(counts.size()) != size_) {
       invalid(what, "counts has " + std::to_string(counts.size()) + " entries for " +
                         std::to_string(size_) + " ranks");
@@ -435,9 +435,11 @@ class GlooCommunicator final : public Communicator {
         queue_.pop_front();
       }
       if (!broken_reason().empty()) {
-        op.work->fail(std::make_exception_ptr(CommError(
-            label(op.what, op.seq) + " was not run: the group is unusable after an earlier "
-            "failure: " + broken_reason())));
+        op.work->fail(std::make_exception_ptr(
+            CommError(label(op.what, op.seq) +
+                      " was not run: the group is unusable after an earlier "
+                      "failure: " +
+                      broken_reason())));
         continue;
       }
       const bool is_transfer = op.peer >= 0;
@@ -526,11 +528,13 @@ class GlooCommunicator final : public Communicator {
       std::vector<int> exited, stuck;
       for (int r = 0; r < size_; ++r) {
         int global = global_ranks_[static_cast<size_t>(r)];
-        bool gone = !connected.empty() &&
-                    !std::binary_search(connected.begin(), connected.end(), global);
+        bool gone =
+            !connected.empty() && !std::binary_search(connected.begin(), connected.end(), global);
         bool suspect = std::find(suspects.begin(), suspects.end(), r) != suspects.end();
-        if (gone) exited.push_back(r);
-        else if (suspect) stuck.push_back(r);
+        if (gone)
+          exited.push_back(r);
+        else if (suspect)
+          stuck.push_back(r);
       }
       if (!exited.empty()) {
         out << " Rank(s) " << join_ranks(exited) << " exited (they left the rendezvous store).";
@@ -541,9 +545,9 @@ class GlooCommunicator final : public Communicator {
                               std::to_string(grace_.count()) + " ms (stuck elsewhere?)."
                         : "did not take part.");
       }
-    } catch (const std::exception& e) {
+    } catch (const std::exception&) {
       out << " The rendezvous store is unreachable too: the process hosting it (rank 0 of the "
-             "first group) has most likely exited. [" << e.what() << "]";
+             "first group) has most likely exited.";
     }
     return out.str();
   }
@@ -557,9 +561,10 @@ class GlooCommunicator final : public Communicator {
     for (int r = 0; r < size_; ++r) absent.push_back(r);
     auto deadline = Clock::now() + grace_;
     while (true) {
-      absent.erase(std::remove_if(absent.begin(), absent.end(),
-                                  [&](int r) { return store_->check({prefix + std::to_string(r)}); }),
-                   absent.end());
+      absent.erase(
+          std::remove_if(absent.begin(), absent.end(),
+                         [&](int r) { return store_->check({prefix + std::to_string(r)}); }),
+          absent.end());
       if (absent.empty() || Clock::now() >= deadline) return absent;
       std::this_thread::sleep_for(milliseconds(20));
     }
@@ -589,10 +594,18 @@ class GlooCommunicator final : public Communicator {
     void* p = t.data_ptr();
     size_t n = static_cast<size_t>(t.numel());
     switch (t.element_size()) {
-      case 1: opts.setOutput(static_cast<uint8_t*>(p), n); break;
-      case 2: opts.setOutput(static_cast<uint16_t*>(p), n); break;
-      case 4: opts.setOutput(static_cast<uint32_t*>(p), n); break;
-      default: opts.setOutput(static_cast<uint64_t*>(p), n); break;
+      case 1:
+        opts.setOutput(static_cast<uint8_t*>(p), n);
+        break;
+      case 2:
+        opts.setOutput(static_cast<uint16_t*>(p), n);
+        break;
+      case 4:
+        opts.setOutput(static_cast<uint32_t*>(p), n);
+        break;
+      default:
+        opts.setOutput(static_cast<uint64_t*>(p), n);
+        break;
     }
   }
 
@@ -618,7 +631,8 @@ class GlooCommunicator final : public Communicator {
       scratch_ = at::empty({scratch_bytes}, at::kByte);
     }
     auto slice = [&](int i) {
-      return static_cast<char*>(scratch_.data_ptr()) + i * max_count * static_cast<int64_t>(element);
+      return static_cast<char*>(scratch_.data_ptr()) +
+             i * max_count * static_cast<int64_t>(element);
     };
     char* incoming = slice(0);
     char* partial[2] = {slice(1), slice(2)};
@@ -632,7 +646,8 @@ class GlooCommunicator final : public Communicator {
       const int recv_chunk = wrap(rank_ - step - 2, size_);
       const size_t send_bytes = static_cast<size_t>(counts[send_chunk]) * element;
       const size_t recv_bytes = static_cast<size_t>(counts[recv_chunk]) * element;
-      void* send_from = step == 0 ? in_base + offsets[send_chunk] * element : partial[(step - 1) % 2];
+      void* send_from =
+          step == 0 ? in_base + offsets[send_chunk] * element : partial[(step - 1) % 2];
       void* reduce_into = step == size_ - 2 ? output.data_ptr() : partial[step % 2];
       std::unique_ptr<gloo::transport::UnboundBuffer> recv_buffer, send_buffer;
       if (recv_bytes > 0) {

@@ -51,14 +51,22 @@ ReduceKernel kernel_for(ReduceOp op) {
 
 ReduceKernel reduce_kernel(at::ScalarType dtype, ReduceOp op) {
   switch (dtype) {
-    case at::kFloat: return kernel_for<float>(op);
-    case at::kDouble: return kernel_for<double>(op);
-    case at::kHalf: return kernel_for<at::Half>(op);
-    case at::kBFloat16: return kernel_for<at::BFloat16>(op);
-    case at::kInt: return kernel_for<int32_t>(op);
-    case at::kLong: return kernel_for<int64_t>(op);
-    case at::kChar: return kernel_for<int8_t>(op);
-    case at::kByte: return kernel_for<uint8_t>(op);
+    case at::kFloat:
+      return kernel_for<float>(op);
+    case at::kDouble:
+      return kernel_for<double>(op);
+    case at::kHalf:
+      return kernel_for<at::Half>(op);
+    case at::kBFloat16:
+      return kernel_for<at::BFloat16>(op);
+    case at::kInt:
+      return kernel_for<int32_t>(op);
+    case at::kLong:
+      return kernel_for<int64_t>(op);
+    case at::kChar:
+      return kernel_for<int8_t>(op);
+    case at::kByte:
+      return kernel_for<uint8_t>(op);
     default:
       throw CommError(std::string("cannot reduce tensors of dtype ") + at::toString(dtype) +
                       ": supported are float32, float64, float16, bfloat16, int8, uint8, int32, "

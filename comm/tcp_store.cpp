@@ -179,11 +179,10 @@ void TcpStoreServer::serve() {
     }
     for (Connection* conn : closing) {
       ::close(conn->fd);
-      conns.erase(std::remove_if(conns.begin(), conns.end(),
-                                 [conn](const std::unique_ptr<Connection>& c) {
-                                   return c.get() == conn;
-                                 }),
-                  conns.end());
+      conns.erase(
+          std::remove_if(conns.begin(), conns.end(),
+                         [conn](const std::unique_ptr<Connection>& c) { return c.get() == conn; }),
+          conns.end());
     }
     connected_.clear();
     for (auto& c : conns) {
@@ -323,7 +322,8 @@ std::vector<std::string> TcpStore::request(uint8_t op, const std::vector<std::st
   };
   uint32_t len = 0;
   read_exact(reinterpret_cast<char*>(&len), 4);
-  if (len == 0 || len > kMaxStoreFrameBytes) throw CommError("malformed reply from store " + address());
+  if (len == 0 || len > kMaxStoreFrameBytes)
+    throw CommError("malformed reply from store " + address());
   std::string payload(len, '\0');
   read_exact(&payload[0], len);
   uint8_t status = 0;
@@ -340,7 +340,9 @@ std::vector<std::string> TcpStore::request(uint8_t op, const std::vector<std::st
   return reply;
 }
 
-void TcpStore::set(const std::string& key, const std::string& value) { request(kSet, {key, value}); }
+void TcpStore::set(const std::string& key, const std::string& value) {
+  request(kSet, {key, value});
+}
 
 std::string TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   wait({key}, timeout);
@@ -355,7 +357,9 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
   return decode_i64(reply[1]);
 }
 
-bool TcpStore::check(const std::vector<std::string>& keys) { return !request(kCheck, keys).empty(); }
+bool TcpStore::check(const std::vector<std::string>& keys) {
+  return !request(kCheck, keys).empty();
+}
 
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -37,7 +37,7 @@ class LogLine {
 
 }  // namespace ooze
 
-#define OOZE_LOG(level)                                                   \
-  if (::ooze::LogLevel::level < ::ooze::log_level()) {                    \
-  } else                                                                  \
+#define OOZE_LOG(level)                                \
+  if (::ooze::LogLevel::level < ::ooze::log_level()) { \
+  } else                                               \
     ::ooze::detail::LogLine(::ooze::LogLevel::level).stream()

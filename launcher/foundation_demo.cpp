@@ -117,7 +117,9 @@ int run_foundation_demo(const std::string& self_exe, const std::vector<std::stri
   const int world = static_cast<int>(config.get<int64_t>("world_size"));
 
   std::cout << "ooze demo: the RL loop is not built yet, so this runs the foundation end to end:\n"
-               "  config -> " << world << " rank processes -> Gloo all-reduce of gradients ->\n"
+               "  config -> "
+            << world
+            << " rank processes -> Gloo all-reduce of gradients ->\n"
                "  metrics JSONL -> safetensors checkpoints (data-parallel linear regression)\n\n"
             << config.describe() << "\n";
   std::cout.flush();  // before the ranks start writing to the same terminal
@@ -134,13 +136,14 @@ int run_foundation_demo(const std::string& self_exe, const std::vector<std::stri
     if (pid == 0) {
       ::setenv("OMP_NUM_THREADS", "1", 1);  // one intra-op thread per rank process
       std::string rank_text = std::to_string(rank), port_text = std::to_string(store.port());
-      ::execl(self_exe.c_str(), self_exe.c_str(), "demo-rank", rank_text.c_str(),
-              port_text.c_str(), config_file.c_str(), static_cast<char*>(nullptr));
+      ::execl(self_exe.c_str(), self_exe.c_str(), "demo-rank", rank_text.c_str(), port_text.c_str(),
+              config_file.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
     pids.push_back(pid);
   }
-  auto timeout = milliseconds(static_cast<int64_t>(config.get<double>("comm_timeout_seconds") * 1000));
+  auto timeout =
+      milliseconds(static_cast<int64_t>(config.get<double>("comm_timeout_seconds") * 1000));
   if (wait_for_ranks(pids, timeout * 2) != 0) {
     OOZE_LOG(ERROR) << "the demo failed: see the rank logs above";
     return 1;
@@ -232,8 +235,9 @@ int run_foundation_demo_rank(const std::vector<std::string>& args) {
 
     const bool save = step == steps || (save_interval > 0 && step % save_interval == 0);
     if (save && rank == 0) {
-      save_sharded_safetensors(checkpoint_dir(output_dir, step), {{"weight", weight}, {"bias", bias}},
-                               512ull << 20, {{"step", std::to_string(step)}});
+      save_sharded_safetensors(checkpoint_dir(output_dir, step),
+                               {{"weight", weight}, {"bias", bias}}, 512ull << 20,
+                               {{"step", std::to_string(step)}});
     }
     if (rank == 0) {
       const double seconds = step_timer.elapsed();

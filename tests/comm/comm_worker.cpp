@@ -47,7 +47,8 @@ at::Tensor make_input(int rank, int64_t n, at::ScalarType dtype, int64_t shift =
   return at::tensor(data, at::kDouble).to(dtype);
 }
 
-void expect_values(const at::Tensor& got, const std::vector<double>& want, const std::string& what) {
+void expect_values(const at::Tensor& got, const std::vector<double>& want,
+                   const std::string& what) {
   at::Tensor g = got.to(at::kDouble).contiguous();
   if (g.numel() != static_cast<int64_t>(want.size())) {
     fail(what + ": " + std::to_string(g.numel()) + " elements, expected " +
@@ -57,8 +58,8 @@ void expect_values(const at::Tensor& got, const std::vector<double>& want, const
   const double* p = g.data_ptr<double>();
   for (size_t i = 0; i < want.size(); ++i) {
     if (p[i] != want[i]) {
-      fail(what + ": element " + std::to_string(i) + " is " + std::to_string(p[i]) +
-           ", expected " + std::to_string(want[i]));
+      fail(what + ": element " + std::to_string(i) + " is " + std::to_string(p[i]) + ", expected " +
+           std::to_string(want[i]));
       return;
     }
   }
@@ -67,9 +68,12 @@ void expect_values(const at::Tensor& got, const std::vector<double>& want, const
 double reduce_values(const std::vector<double>& xs, ReduceOp op) {
   double acc = xs[0];
   for (size_t k = 1; k < xs.size(); ++k) {
-    if (op == ReduceOp::MAX) acc = std::max(acc, xs[k]);
-    else if (op == ReduceOp::MIN) acc = std::min(acc, xs[k]);
-    else acc += xs[k];
+    if (op == ReduceOp::MAX)
+      acc = std::max(acc, xs[k]);
+    else if (op == ReduceOp::MIN)
+      acc = std::min(acc, xs[k]);
+    else
+      acc += xs[k];
   }
   return op == ReduceOp::AVG ? acc / static_cast<double>(xs.size()) : acc;
 }
@@ -285,17 +289,20 @@ void run_subgroups(Communicator& comm) {
 // Invalid calls fail at once with a message that says what was wrong.
 void run_bad_arguments(Communicator& comm) {
   const int W = comm.size();
-  expect_comm_error([&] { comm.all_gather(at::empty({W * 4 + 1}), at::empty({4})); },
-                    "elements", "all_gather with a wrong output size");
+  expect_comm_error([&] { comm.all_gather(at::empty({W * 4 + 1}), at::empty({4})); }, "elements",
+                    "all_gather with a wrong output size");
   expect_comm_error([&] { comm.all_reduce(at::empty({4}, at::kInt), ReduceOp::AVG); },
                     "floating-point", "integer avg");
-  expect_comm_error([&] { comm.all_gather(at::empty({W * 4}, at::kInt), at::empty({4})); },
-                    "dtype", "dtype mismatch");
-  expect_comm_error([&] { comm.all_reduce(at::empty({4, 4}).t(), ReduceOp::SUM); },
-                    "contiguous", "non-contiguous output");
+  expect_comm_error([&] { comm.all_gather(at::empty({W * 4}, at::kInt), at::empty({4})); }, "dtype",
+                    "dtype mismatch");
+  expect_comm_error(
+      [&] {
+        comm.all_reduce(at::empty({4, 4}).t(), ReduceOp::SUM);
+      },
+      "contiguous", "non-contiguous output");
   expect_comm_error([&] { comm.broadcast(at::empty({4}), W); }, "root", "root out of range");
-  expect_comm_error([&] { comm.reduce_scatter_v(at::empty({1}), at::empty({W}), {1}); },
-                    "counts", "counts of the wrong length");
+  expect_comm_error([&] { comm.reduce_scatter_v(at::empty({1}), at::empty({W}), {1}); }, "counts",
+                    "counts of the wrong length");
   expect_comm_error([&] { comm.all_reduce(at::empty({4}, at::kBool)); }, "dtype", "bool sum");
   // The group still works afterwards: nothing was sent.
   at::Tensor t = at::ones({3});

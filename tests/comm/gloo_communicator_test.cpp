@@ -39,19 +39,18 @@ std::vector<RankResult> run_group(const std::string& scenario, int world, millis
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < world; ++r) {
     if (std::find(absent.begin(), absent.end(), r) != absent.end()) continue;
-    procs.emplace_back(
-        std::vector<std::string>{testing::build_path("tests/comm/comm_worker"), scenario,
-                                 std::to_string(r), std::to_string(world), port,
-                                 std::to_string(timeout.count())},
-        std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}},
-        dir + "/rank" + std::to_string(r) + ".log");
+    procs.emplace_back(std::vector<std::string>{testing::build_path("tests/comm/comm_worker"),
+                                                scenario, std::to_string(r), std::to_string(world),
+                                                port, std::to_string(timeout.count())},
+                       std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}},
+                       dir + "/rank" + std::to_string(r) + ".log");
     ranks.push_back(r);
   }
   std::vector<RankResult> results(static_cast<size_t>(world));
   for (size_t i = 0; i < procs.size(); ++i) {
     RankResult& result = results[static_cast<size_t>(ranks[i])];
-    auto left = limit - std::chrono::duration_cast<milliseconds>(
-                            std::chrono::steady_clock::now() - start);
+    auto left =
+        limit - std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
     result.status = procs[i].wait(std::max(left, milliseconds(1)));
     result.output = procs[i].output();
   }
@@ -69,7 +68,8 @@ void expect_all_passed(const std::vector<RankResult>& results) {
 class GlooGroup : public ::testing::TestWithParam<int> {};
 
 TEST_P(GlooGroup, EveryCollectiveEveryDtypeMatchesIndependentValues) {
-  expect_all_passed(run_group("collectives", GetParam(), milliseconds(60000), milliseconds(240000)));
+  expect_all_passed(
+      run_group("collectives", GetParam(), milliseconds(60000), milliseconds(240000)));
 }
 
 TEST_P(GlooGroup, AsyncOperationsOverlapAndGroupsAreReusable) {
@@ -96,13 +96,15 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GlooGroup, ::testing::Values(2, 4),
 void expect_failed_naming(const RankResult& result, int rank, const std::string& needle,
                           const std::string& marker, milliseconds bound) {
   EXPECT_TRUE(result.status.exited && result.status.code == 3)
-      << "rank " << rank << ": " << result.status.describe() << "\n" << result.output;
+      << "rank " << rank << ": " << result.status.describe() << "\n"
+      << result.output;
   long long took = ms_after(result.output, marker);
   EXPECT_GE(took, 0) << "rank " << rank << " reported no time:\n" << result.output;
   EXPECT_LE(took, bound.count()) << "rank " << rank << " took too long:\n" << result.output;
   EXPECT_NE(result.output.find("group 'world'"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find(needle), std::string::npos)
-      << "rank " << rank << " should mention '" << needle << "':\n" << result.output;
+      << "rank " << rank << " should mention '" << needle << "':\n"
+      << result.output;
 }
 
 TEST(GlooFailures, PeerKilledMidCollectiveIsNamedBySurvivors) {
@@ -115,7 +117,8 @@ TEST(GlooFailures, PeerKilledMidCollectiveIsNamedBySurvivors) {
     const std::string& out = results[static_cast<size_t>(r)].output;
     EXPECT_TRUE(out.find("Rank(s) 3 exited") != std::string::npos ||
                 out.find("Rank(s) 2, 3 exited") != std::string::npos)
-        << "rank " << r << " does not name rank 3 as exited:\n" << out;
+        << "rank " << r << " does not name rank 3 as exited:\n"
+        << out;
   }
 }
 

@@ -1,9 +1,9 @@
 // `ooze demo` as a user runs it: real rank processes, files on disk, errors on bad flags.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -24,8 +24,12 @@ struct DemoRun {
 DemoRun run_demo(const std::vector<std::string>& flags) {
   DemoRun run;
   run.dir = testing::make_temp_dir("demo");
-  std::vector<std::string> argv = {testing::build_path("launcher/ooze"), "demo", "--output-dir",
-                                   run.dir + "/out", "--comm-timeout-seconds", "30"};
+  std::vector<std::string> argv = {testing::build_path("launcher/ooze"),
+                                   "demo",
+                                   "--output-dir",
+                                   run.dir + "/out",
+                                   "--comm-timeout-seconds",
+                                   "30"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   testing::Process proc(argv, {}, run.dir + "/log.txt");
   run.status = proc.wait(milliseconds(120000));

@@ -12,10 +12,10 @@ namespace ooze {
 namespace testing {
 
 struct ExitStatus {
-  bool exited = false;    // exited normally (see code)
-  int code = -1;          // exit code when exited
-  int signal = 0;         // terminating signal otherwise
-  bool timed_out = false; // still running at the deadline (and then killed)
+  bool exited = false;     // exited normally (see code)
+  int code = -1;           // exit code when exited
+  int signal = 0;          // terminating signal otherwise
+  bool timed_out = false;  // still running at the deadline (and then killed)
   std::string describe() const;
 };
 
