@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs every benchmark; each prints JSON lines:
+# Runs every benchmark (build/bench/bench_*); each prints JSON lines:
 #   {"bench": ..., "metric": ..., "value": ..., "unit": ..., "baseline": ..., "ratio": ...}
 set -euo pipefail
 build_dir="${1:-build}"
-"$build_dir/bench/bench_comm_bandwidth"
+for bench in "$build_dir"/bench/bench_*; do
+  [ -x "$bench" ] && "$bench"
+done

