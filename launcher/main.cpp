@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "launcher/experiment_config.h"
 #include "launcher/foundation_demo.h"
+#include "launcher/model_init_command.h"
+#include "launcher/tokenize_command.h"
 
 namespace {
 
@@ -17,6 +19,10 @@ const char* kUsage =
     "commands:\n"
     "  demo [--config FILE] [--FIELD VALUE ...]\n"
     "                 run the foundation demo (data-parallel training over real processes)\n"
+    "  model init --arch qwen3|qwen2|llama --hidden-size N --layers N ... --out DIR\n"
+    "                 write a randomly initialised model in Hugging Face layout\n"
+    "  tokenize --tokenizer DIR [--chat-template [NAME]] [--decode]\n"
+    "                 JSON lines on stdin ({\"text\"} or {\"messages\"}) -> {\"ids\"} on stdout\n"
     "  config-help    list every experiment config field with its flag, type, default and doc\n"
     "  help           show this message\n";
 
@@ -41,6 +47,8 @@ int main(int argc, char** argv) {
   try {
     if (command == "demo") return ooze::launcher::run_foundation_demo(self_executable(), rest);
     if (command == "demo-rank") return ooze::launcher::run_foundation_demo_rank(rest);
+    if (command == "model") return ooze::launcher::run_model_command(rest);
+    if (command == "tokenize") return ooze::launcher::run_tokenize_command(rest);
     if (command == "config-help") {
       std::cout << ooze::launcher::experiment_schema().help();
       return 0;

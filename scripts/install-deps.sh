@@ -12,6 +12,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev
+  # LibTorch's matmuls go through libblas.so.3: Debian's default is the reference BLAS, ~1 GFLOP/s;
+  # OpenBLAS (OpenMP build, so at::set_num_threads also bounds its threads) is many times faster.
+  libopenblas0-openmp
   libgloo-dev
   libzmq3-dev cppzmq-dev
   libcereal-dev

@@ -1,0 +1,61 @@
+#include "models/attention.h"
+
+#include <cmath>
+
+#include "models/causal_attention.h"
+
+namespace ooze::models {
+
+AttentionImpl::AttentionImpl(const ModelConfig& config, c10::ScalarType dtype)
+    : num_heads_(config.num_attention_heads),
+      num_kv_heads_(config.num_key_value_heads),
+      head_dim_(config.head_dim),
+      scale_(1.0 / std::sqrt(static_cast<double>(config.head_dim))) {
+  const int64_t hidden = config.hidden_size;
+  const bool qkv_bias = config.has_qkv_bias();
+  q_proj = register_module("q_proj", Linear(hidden, num_heads_ * head_dim_, qkv_bias, dtype));
+  k_proj = register_module("k_proj", Linear(hidden, num_kv_heads_ * head_dim_, qkv_bias, dtype));
+  v_proj = register_module("v_proj", Linear(hidden, num_kv_heads_ * head_dim_, qkv_bias, dtype));
+  o_proj = register_module("o_proj",
+                           Linear(num_heads_ * head_dim_, hidden, config.has_o_proj_bias(), dtype));
+  if (config.has_qk_norm()) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, config.rms_norm_eps, dtype));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, config.rms_norm_eps, dtype));
+  }
+}
+
+AttentionImpl::Projected AttentionImpl::project(const torch::Tensor& hidden,
+                                                const RotaryTables& rope) {
+  const int64_t tokens = hidden.size(0);
+  torch::Tensor q = q_proj->forward(hidden).view({tokens, num_heads_, head_dim_});
+  torch::Tensor k = k_proj->forward(hidden).view({tokens, num_kv_heads_, head_dim_});
+  torch::Tensor v = v_proj->forward(hidden).view({tokens, num_kv_heads_, head_dim_});
+  if (!q_norm.is_empty()) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  return {apply_rotary(q, rope), apply_rotary(k, rope), v};
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& hidden, const RotaryTables& rope,
+                                     const std::vector<int64_t>& offsets) {
+  Projected p = project(hidden, rope);
+  torch::Tensor out = packed_causal_attention(p.q, p.k, p.v, offsets, scale_);
+  return o_proj->forward(out.reshape({hidden.size(0), num_heads_ * head_dim_}));
+}
+
+torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& hidden, const RotaryTables& rope,
+                                            const CacheStep& step, KVCache& cache,
+                                            int64_t layer_index) {
+  Projected p = project(hidden, rope);
+  torch::Tensor& keys = cache.keys(layer_index);
+  torch::Tensor& values = cache.values(layer_index);
+  // The model checks that the cache has its dtype and device.
+  using torch::indexing::Slice;
+  keys.index_put_({step.token_slots, Slice(), step.position_ids}, p.k);
+  values.index_put_({step.token_slots, Slice(), step.position_ids}, p.v);
+  torch::Tensor out = cached_causal_attention(p.q, keys, values, step, scale_);
+  return o_proj->forward(out.reshape({hidden.size(0), num_heads_ * head_dim_}));
+}
+
+}  // namespace ooze::models

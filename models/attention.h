@@ -1,0 +1,51 @@
+// Grouped-query self-attention with Hugging Face's projections: q/k/v/o_proj (bias on q/k/v for
+// qwen2 or attention_bias, on o for attention_bias except qwen2), per-head RMSNorm of q and k
+// before RoPE for qwen3.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "models/kv_cache.h"
+#include "models/linear.h"
+#include "models/model_config.h"
+#include "models/rms_norm.h"
+#include "models/rotary.h"
+
+namespace ooze::models {
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& config, c10::ScalarType dtype);
+
+  // hidden: [T, hidden_size] packed tokens, sequences given by `offsets` (sequence_offsets()).
+  // Returns [T, hidden_size].
+  torch::Tensor forward(const torch::Tensor& hidden, const RotaryTables& rope,
+                        const std::vector<int64_t>& offsets);
+
+  // The tokens of a cache step: their keys/values are written to layer `layer_index` of
+  // `cache` and they attend to everything their slot holds. Returns [T, hidden_size].
+  torch::Tensor forward_cached(const torch::Tensor& hidden, const RotaryTables& rope,
+                               const CacheStep& step, KVCache& cache, int64_t layer_index);
+
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // qwen3 only
+
+ private:
+  struct Projected {
+    torch::Tensor q;  // [T, heads, head_dim], normed and rotated
+    torch::Tensor k;  // [T, kv_heads, head_dim], normed and rotated
+    torch::Tensor v;  // [T, kv_heads, head_dim]
+  };
+  Projected project(const torch::Tensor& hidden, const RotaryTables& rope);
+
+  int64_t num_heads_;
+  int64_t num_kv_heads_;
+  int64_t head_dim_;
+  double scale_;
+};
+TORCH_MODULE(Attention);
+
+}  // namespace ooze::models

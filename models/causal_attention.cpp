@@ -1,0 +1,150 @@
+#include "models/causal_attention.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "core/error.h"
+
+namespace ooze::models {
+namespace {
+
+// Upper bound on the elements of one block of attention scores: long sequences are processed
+// in query blocks so that memory stays O(block * length), not O(length^2) per head.
+constexpr int64_t kMaxScoreElements = int64_t{1} << 24;
+
+// Causal attention of `num_queries` consecutive queries whose first one sits at key position
+// `first_query_position`; query j sees keys 0..first_query_position + j.
+// q: [Lq, heads, d]; k, v: [Lk, kv_heads, d] -> [Lq, heads, d].
+torch::Tensor attend_one_sequence(const torch::Tensor& q, const torch::Tensor& k,
+                                  const torch::Tensor& v, int64_t first_query_position,
+                                  double scale) {
+  const int64_t num_queries = q.size(0), heads = q.size(1), head_dim = q.size(2);
+  const int64_t kv_heads = k.size(1), group = heads / kv_heads;
+  const int64_t per_query = heads * std::max<int64_t>(k.size(0), 1);
+  const int64_t block = std::max<int64_t>(1, kMaxScoreElements / per_query);
+
+  std::vector<torch::Tensor> outputs;
+  for (int64_t start = 0; start < num_queries; start += block) {
+    const int64_t count = std::min(block, num_queries - start);
+    // Causality: this block sees no key after its last query.
+    const int64_t num_keys = std::min(k.size(0), first_query_position + start + count);
+    torch::Tensor keys = k.narrow(0, 0, num_keys).permute({1, 2, 0});    // [kvh, d, Lk]
+    torch::Tensor values = v.narrow(0, 0, num_keys).permute({1, 0, 2});  // [kvh, Lk, d]
+    // Query head h = kv_head * group + g reads kv_head.
+    torch::Tensor queries = q.narrow(0, start, count)
+                                .reshape({count, kv_heads, group, head_dim})
+                                .permute({1, 2, 0, 3})
+                                .reshape({kv_heads, group * count, head_dim});
+    torch::Tensor scores = torch::bmm(queries, keys) * scale;  // [kvh, g * count, Lk]
+    torch::Tensor query_positions =
+        torch::arange(first_query_position + start, first_query_position + start + count,
+                      torch::TensorOptions().dtype(torch::kLong).device(q.device()));
+    torch::Tensor key_positions =
+        torch::arange(num_keys, torch::TensorOptions().dtype(torch::kLong).device(q.device()));
+    torch::Tensor future = key_positions.unsqueeze(0) > query_positions.unsqueeze(1);  // [c, Lk]
+    scores = scores.view({kv_heads, group, count, num_keys})
+                 .masked_fill(future, -std::numeric_limits<float>::infinity());
+    torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
+    torch::Tensor out = torch::bmm(probs.view({kv_heads, group * count, num_keys}), values);
+    outputs.push_back(out.view({kv_heads, group, count, head_dim})
+                          .permute({2, 0, 1, 3})
+                          .reshape({count, heads, head_dim}));
+  }
+  return outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 0);
+}
+
+}  // namespace
+
+std::vector<int64_t> sequence_offsets(const torch::Tensor& cu_seqlens, int64_t num_tokens) {
+  if (!cu_seqlens.defined() || cu_seqlens.dim() != 1 || cu_seqlens.size(0) < 2) {
+    throw Error(
+        "cu_seqlens must be a 1-D tensor [num_sequences + 1] with at least 2 entries, "
+        "got " +
+        (cu_seqlens.defined()
+             ? std::to_string(cu_seqlens.dim()) + "-D shape " + c10::str(cu_seqlens.sizes())
+             : std::string("an undefined tensor")));
+  }
+  if (cu_seqlens.scalar_type() != torch::kInt && cu_seqlens.scalar_type() != torch::kLong) {
+    throw Error(std::string("cu_seqlens must be int32 or int64, got ") +
+                c10::toString(cu_seqlens.scalar_type()));
+  }
+  torch::Tensor cpu = cu_seqlens.to(torch::kCPU, torch::kLong).contiguous();
+  const int64_t* data = cpu.data_ptr<int64_t>();
+  std::vector<int64_t> offsets(data, data + cpu.numel());
+  if (offsets.front() != 0 || offsets.back() != num_tokens) {
+    throw Error("cu_seqlens must start at 0 and end at the number of tokens " +
+                std::to_string(num_tokens) + ", got [" + std::to_string(offsets.front()) +
+                ", ..., " + std::to_string(offsets.back()) + "]");
+  }
+  for (size_t i = 1; i < offsets.size(); ++i) {
+    if (offsets[i] < offsets[i - 1]) {
+      throw Error("cu_seqlens must be non-decreasing, but cu_seqlens[" + std::to_string(i) +
+                  "] = " + std::to_string(offsets[i]) + " < cu_seqlens[" + std::to_string(i - 1) +
+                  "] = " + std::to_string(offsets[i - 1]));
+    }
+  }
+  return offsets;
+}
+
+torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                      const torch::Tensor& v, const std::vector<int64_t>& offsets,
+                                      double scale) {
+  std::vector<torch::Tensor> outputs;
+  for (size_t s = 0; s + 1 < offsets.size(); ++s) {
+    const int64_t begin = offsets[s], length = offsets[s + 1] - offsets[s];
+    if (length == 0) continue;
+    outputs.push_back(attend_one_sequence(q.narrow(0, begin, length), k.narrow(0, begin, length),
+                                          v.narrow(0, begin, length), 0, scale));
+  }
+  if (outputs.empty()) return torch::empty_like(q);
+  return outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 0);
+}
+
+torch::Tensor cached_causal_attention(const torch::Tensor& q, const torch::Tensor& cache_keys,
+                                      const torch::Tensor& cache_values, const CacheStep& step,
+                                      double scale) {
+  const int64_t num_sequences = static_cast<int64_t>(step.slots.size());
+  if (!step.is_decode) {
+    std::vector<torch::Tensor> outputs;
+    for (int64_t s = 0; s < num_sequences; ++s) {
+      const int64_t begin = step.offsets[s], count = step.offsets[s + 1] - begin;
+      const int64_t total = step.past_lengths[s] + count;
+      // [kv_heads, total, d] -> [total, kv_heads, d], a view.
+      torch::Tensor keys = cache_keys[step.slots[s]].narrow(1, 0, total).permute({1, 0, 2});
+      torch::Tensor values = cache_values[step.slots[s]].narrow(1, 0, total).permute({1, 0, 2});
+      outputs.push_back(attend_one_sequence(q.narrow(0, begin, count), keys, values,
+                                            step.past_lengths[s], scale));
+    }
+    return outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 0);
+  }
+
+  // Decode: one query per sequence, batched over sequences; each sees its own slot's
+  // positions 0..past_length (the new token included).
+  const int64_t heads = q.size(1), head_dim = q.size(2);
+  const int64_t kv_heads = cache_keys.size(1), group = heads / kv_heads;
+  const int64_t num_keys =
+      *std::max_element(step.past_lengths.begin(), step.past_lengths.end()) + 1;
+  // [b, kv_heads, num_keys, d]: a view of the cache for a run of slots, else a gather.
+  auto gather = [&](const torch::Tensor& cache) {
+    torch::Tensor prefix = cache.narrow(2, 0, num_keys);
+    return step.contiguous_slots ? prefix.narrow(0, step.slots[0], num_sequences)
+                                 : prefix.index_select(0, step.slot_index);
+  };
+  torch::Tensor keys = gather(cache_keys).reshape({num_sequences * kv_heads, num_keys, head_dim});
+  torch::Tensor values =
+      gather(cache_values).reshape({num_sequences * kv_heads, num_keys, head_dim});
+  torch::Tensor queries = q.reshape({num_sequences * kv_heads, group, head_dim});
+  torch::Tensor scores = (torch::bmm(queries, keys.transpose(1, 2)) * scale)
+                             .view({num_sequences, kv_heads, group, num_keys});
+  torch::Tensor key_positions =
+      torch::arange(num_keys, torch::TensorOptions().dtype(torch::kLong).device(q.device()));
+  torch::Tensor beyond = key_positions.unsqueeze(0) > step.position_ids.unsqueeze(1);  // [b, Lk]
+  scores = scores.masked_fill(beyond.view({num_sequences, 1, 1, num_keys}),
+                              -std::numeric_limits<float>::infinity());
+  torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
+  torch::Tensor out = torch::bmm(probs.view({num_sequences * kv_heads, group, num_keys}), values);
+  return out.view({num_sequences, heads, head_dim});
+}
+
+}  // namespace ooze::models

@@ -1,0 +1,28 @@
+#include "models/decoder_layer.h"
+
+namespace ooze::models {
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, c10::ScalarType dtype) {
+  input_layernorm =
+      register_module("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, dtype));
+  self_attn = register_module("self_attn", Attention(config, dtype));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, dtype));
+  mlp = register_module("mlp", MLP(config.hidden_size, config.intermediate_size, dtype));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& hidden, const RotaryTables& rope,
+                                        const std::vector<int64_t>& offsets) {
+  torch::Tensor h = hidden + self_attn->forward(input_layernorm->forward(hidden), rope, offsets);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+torch::Tensor DecoderLayerImpl::forward_cached(const torch::Tensor& hidden,
+                                               const RotaryTables& rope, const CacheStep& step,
+                                               KVCache& cache, int64_t layer_index) {
+  torch::Tensor h = hidden + self_attn->forward_cached(input_layernorm->forward(hidden), rope, step,
+                                                       cache, layer_index);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+}  // namespace ooze::models

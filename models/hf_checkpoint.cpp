@@ -1,0 +1,280 @@
+#include "models/hf_checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/safetensors.h"
+
+namespace ooze::models {
+namespace fs = std::filesystem;
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+bool is_floating(SafetensorsDtype dtype) {
+  return dtype == SafetensorsDtype::F16 || dtype == SafetensorsDtype::BF16 ||
+         dtype == SafetensorsDtype::F32 || dtype == SafetensorsDtype::F64;
+}
+
+// A checkpoint usually has hundreds of tensors: keep messages readable when nothing matches.
+std::string format_problems(const std::vector<std::string>& problems) {
+  constexpr size_t kShown = 40;
+  std::string text;
+  for (size_t i = 0; i < problems.size() && i < kShown; ++i) text += "\n  " + problems[i];
+  if (problems.size() > kShown) {
+    text += "\n  ... and " + std::to_string(problems.size() - kShown) + " more";
+  }
+  return text;
+}
+
+// The shape and dtype of checkpoint tensor `name` must fit `target`; returns "" when they do.
+std::string check_compatible(const ShardedSafetensors& checkpoint, const std::string& name,
+                             const at::Tensor& target) {
+  const SafetensorsTensorInfo& info = checkpoint.info(name);
+  const std::string where = name + " in " + checkpoint.file_of(name);
+  if (info.shape != target.sizes().vec()) {
+    return "shape mismatch: " + where + " is " + shape_text(info.shape) + " but the model's is " +
+           shape_text(target.sizes().vec()) + " (does config.json describe these weights?)";
+  }
+  const bool target_floating = at::isFloatingType(target.scalar_type());
+  if (target_floating ? !is_floating(info.dtype)
+                      : to_safetensors_dtype(target.scalar_type()) != info.dtype) {
+    return "dtype mismatch: " + where + " is " + safetensors_dtype_name(info.dtype) +
+           " but the model's is " + std::string(c10::toString(target.scalar_type())) +
+           (target_floating ? " (floating tensors convert: F32, BF16, F16 or F64)" : "");
+  }
+  return "";
+}
+
+void fsync_path(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    throw IoError("cannot open '" + path.string() + "' to sync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int saved = errno;
+  ::close(fd);
+  if (rc != 0) throw IoError("fsync of '" + path.string() + "' failed: " + std::strerror(saved));
+}
+
+void write_json_file(const fs::path& path, const nlohmann::json& json) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << json.dump(2) << "\n";
+  out.flush();
+  if (!out) throw IoError("cannot write '" + path.string() + "': " + std::strerror(errno));
+}
+
+nlohmann::json generation_config_json(const ModelConfig& config) {
+  nlohmann::json json = nlohmann::json::object();
+  if (config.bos_token_id) json["bos_token_id"] = *config.bos_token_id;
+  if (config.eos_token_ids.size() == 1) {
+    json["eos_token_id"] = config.eos_token_ids[0];
+  } else if (!config.eos_token_ids.empty()) {
+    json["eos_token_id"] = config.eos_token_ids;
+  }
+  return json;
+}
+
+// Files transformers' tokenizers read, copied when present.
+const char* const kTokenizerFiles[] = {
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+};
+
+// An existing `target` may be replaced only if it is a model directory (or empty), so that a
+// mistyped output path never deletes someone's files.
+void check_replaceable(const fs::path& target) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(target, ec))) return;
+  if (!fs::is_directory(fs::symlink_status(target, ec))) {
+    throw IoError("cannot save the model to '" + target.string() +
+                  "': it exists and is not a directory; choose another output path");
+  }
+  if (!fs::exists(target / "config.json") && !fs::is_empty(target, ec)) {
+    throw IoError("cannot save the model to '" + target.string() +
+                  "': it is a non-empty directory without config.json, so not a model directory "
+                  "this save may replace; choose another output path or remove it");
+  }
+}
+
+void write_model_files(const fs::path& out, const ModelConfig& config, torch::nn::Module& model,
+                       const std::string& tokenizer_dir, uint64_t max_shard_bytes) {
+  const at::ScalarType dtype = config.parameter_dtype();
+  NamedTensors tensors;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    tensors.emplace_back(item.key(), item.value().detach().to(at::kCPU, dtype).contiguous());
+  }
+  save_sharded_safetensors(out.string(), tensors, max_shard_bytes);  // fsyncs each file
+  tensors.clear();
+
+  save_model_config(config, out.string());
+  fsync_path(out / "config.json");
+  write_json_file(out / "generation_config.json", generation_config_json(config));
+  fsync_path(out / "generation_config.json");
+  if (!tokenizer_dir.empty()) {
+    for (const char* file : kTokenizerFiles) {
+      const fs::path source = fs::path(tokenizer_dir) / file;
+      if (!fs::exists(source)) continue;
+      std::error_code ec;
+      fs::copy_file(source, out / file, fs::copy_options::overwrite_existing, ec);
+      if (ec) {
+        throw IoError("cannot copy tokenizer file '" + source.string() + "' into '" + out.string() +
+                      "': " + ec.message());
+      }
+      fsync_path(out / file);
+    }
+  }
+  fsync_path(out);
+}
+
+}  // namespace
+
+void load_hf_weights(torch::nn::Module& model, const std::string& dir, bool strict) {
+  const ShardedSafetensors checkpoint = ShardedSafetensors::open(dir);
+  const auto parameters = model.named_parameters(/*recurse=*/true);
+  const auto buffers = model.named_buffers(/*recurse=*/true);
+
+  std::vector<std::string> errors, missing, unexpected;
+  std::vector<std::pair<std::string, at::Tensor>> copies;  // checkpoint name -> destination
+  for (const auto& item : parameters) {
+    if (!checkpoint.contains(item.key())) missing.push_back(item.key());
+  }
+  bool tied_head_in_checkpoint = false;
+  for (const std::string& name : checkpoint.names()) {
+    const at::Tensor* target = parameters.find(name);
+    if (target == nullptr) target = buffers.find(name);
+    if (target != nullptr) {
+      const std::string problem = check_compatible(checkpoint, name, *target);
+      if (problem.empty()) {
+        copies.emplace_back(name, *target);
+      } else {
+        errors.push_back(problem);
+      }
+    } else if (ends_with(name, "rotary_emb.inv_freq")) {
+      continue;
+    } else if (name == "lm_head.weight" && parameters.contains("model.embed_tokens.weight")) {
+      tied_head_in_checkpoint = true;
+    } else {
+      unexpected.push_back(name);
+    }
+  }
+
+  if (strict) {
+    for (const std::string& name : missing) {
+      errors.push_back("missing: " + name +
+                       " (a parameter of the model; no file of the "
+                       "checkpoint has it)");
+    }
+    for (const std::string& name : unexpected) {
+      errors.push_back("unexpected: " + name + " in " + checkpoint.file_of(name) +
+                       " (the model has no parameter or buffer of that name)");
+    }
+  }
+  if (!errors.empty()) {
+    throw FormatError("checkpoint '" + dir + "' does not fit the model (" +
+                      std::to_string(errors.size()) + " problem" + (errors.size() == 1 ? "" : "s") +
+                      "):" + format_problems(errors) +
+                      "\nCheck that config.json belongs to these weights.");
+  }
+  if (!strict) {
+    for (const std::string& name : missing) {
+      OOZE_LOG(WARN) << "load_hf_weights: " << name << " is not in checkpoint '" << dir
+                     << "'; it keeps its current value";
+    }
+    for (const std::string& name : unexpected) {
+      OOZE_LOG(WARN) << "load_hf_weights: skipping " << name << " of " << checkpoint.file_of(name)
+                     << ": the model has no such parameter";
+    }
+  }
+
+  torch::NoGradGuard no_grad;
+  for (auto& [name, target] : copies) target.copy_(checkpoint.tensor(name));
+
+  if (tied_head_in_checkpoint) {
+    // Tied models read the head from the embeddings; a different lm_head.weight would be lost.
+    const at::Tensor& embeddings = parameters["model.embed_tokens.weight"];
+    const at::Tensor head = checkpoint.tensor("lm_head.weight");
+    const bool same = head.sizes() == embeddings.sizes() &&
+                      at::equal(head.to(embeddings.device(), embeddings.scalar_type()), embeddings);
+    if (!same) {
+      const std::string message =
+          "checkpoint '" + dir + "': lm_head.weight in " + checkpoint.file_of("lm_head.weight") +
+          " differs from model.embed_tokens.weight, but the model ties its embeddings "
+          "(tie_word_embeddings true in config.json); set tie_word_embeddings to false to load "
+          "an untied head";
+      if (strict) throw FormatError(message);
+      OOZE_LOG(WARN) << "load_hf_weights: " << message << "; using the embeddings as the head";
+    }
+  }
+}
+
+void save_hf_model(const std::string& dir, const ModelConfig& config, torch::nn::Module& model,
+                   const std::string& tokenizer_dir, uint64_t max_shard_bytes) {
+  fs::path target = fs::path(dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "out/" -> "out"
+  if (target.empty()) throw IoError("save_hf_model: the output directory is empty");
+  if (!tokenizer_dir.empty() && !fs::exists(fs::path(tokenizer_dir) / "tokenizer.json")) {
+    throw Error("save_hf_model: tokenizer directory '" + tokenizer_dir +
+                "' has no tokenizer.json; pass the directory of a Hugging Face tokenizer, or "
+                "none to save the weights without one");
+  }
+  check_replaceable(target);
+
+  const std::string pid = std::to_string(::getpid());
+  const fs::path staging = target.string() + ".tmp." + pid;
+  std::error_code ec;
+  fs::remove_all(staging, ec);  // left by a crashed save of a process with the same pid
+  fs::create_directories(staging, ec);
+  if (ec) {
+    throw IoError("cannot create directory '" + staging.string() + "': " + ec.message());
+  }
+  try {
+    write_model_files(staging, config, model, tokenizer_dir, max_shard_bytes);
+    const fs::path previous = target.string() + ".old." + pid;
+    const bool replacing = fs::exists(target);
+    if (replacing) {
+      fs::rename(target, previous);  // the old model survives under .old until the new is in
+    }
+    try {
+      fs::rename(staging, target);
+    } catch (...) {
+      if (replacing) fs::rename(previous, target, ec);
+      throw;
+    }
+    if (replacing) fs::remove_all(previous, ec);
+    fsync_path(target.has_parent_path() ? target.parent_path() : fs::path("."));
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(staging, ec);
+    throw IoError("saving the model to '" + target.string() + "' failed: " + e.what());
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+}
+
+}  // namespace ooze::models

@@ -1,0 +1,199 @@
+#include "models/transformer.h"
+
+#include <string>
+
+#include "core/error.h"
+#include "models/activation_checkpoint.h"
+#include "models/causal_attention.h"
+
+namespace ooze::models {
+namespace {
+
+// A stable 64-bit seed for parameter `name` under `seed` (FNV-1a of the name, then a
+// splitmix64 finaliser): std::hash differs between standard libraries.
+uint64_t parameter_seed(uint64_t seed, const std::string& name) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : name) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  uint64_t z = hash ^ (seed + 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void check_token_ids(const torch::Tensor& ids, const char* what, int64_t vocab_size) {
+  if (!ids.defined() || ids.dim() != 1 ||
+      (ids.scalar_type() != torch::kLong && ids.scalar_type() != torch::kInt)) {
+    throw Error(std::string(what) + " must be a 1-D int64 tensor, got " +
+                (ids.defined()
+                     ? std::to_string(ids.dim()) + "-D " + c10::toString(ids.scalar_type())
+                     : std::string("an undefined tensor")));
+  }
+  if (ids.numel() > 0) {
+    const int64_t low = ids.min().item<int64_t>(), high = ids.max().item<int64_t>();
+    if (low < 0 || high >= vocab_size) {
+      throw Error(std::string(what) + " holds token id " + std::to_string(low < 0 ? low : high) +
+                  " outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    }
+  }
+}
+
+ModelConfig validated(ModelConfig config) {
+  config.validate();
+  return config;
+}
+
+std::vector<int64_t> to_int64_vector(const torch::Tensor& tensor) {
+  torch::Tensor cpu = tensor.to(torch::kCPU, torch::kLong).contiguous();
+  return std::vector<int64_t>(cpu.data_ptr<int64_t>(), cpu.data_ptr<int64_t>() + cpu.numel());
+}
+
+}  // namespace
+
+TransformerModelImpl::TransformerModelImpl(ModelConfig config, std::optional<c10::ScalarType> dtype)
+    : config_(validated(std::move(config))), rotary_(config_) {
+  const c10::ScalarType param_dtype = dtype ? *dtype : config_.parameter_dtype();
+  backbone_ = register_module("model", std::make_shared<torch::nn::Module>("model"));
+  embed_tokens_ = backbone_->register_module(
+      "embed_tokens",
+      torch::nn::Embedding(
+          torch::nn::EmbeddingOptions(config_.vocab_size, config_.hidden_size)
+              ._weight(torch::empty({config_.vocab_size, config_.hidden_size}, param_dtype))));
+  layer_list_ = backbone_->register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    layers_.push_back(DecoderLayer(config_, param_dtype));
+    layer_list_->push_back(layers_.back());
+  }
+  norm_ = backbone_->register_module(
+      "norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps, param_dtype));
+  if (!config_.tie_word_embeddings) {
+    lm_head_ = register_module("lm_head",
+                               Linear(config_.hidden_size, config_.vocab_size, false, param_dtype));
+  }
+}
+
+c10::ScalarType TransformerModelImpl::dtype() const { return embed_tokens_->weight.scalar_type(); }
+
+void TransformerModelImpl::init_weights(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    torch::Tensor param = item.value();
+    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (is_bias) {
+      param.zero_();
+    } else if (param.dim() == 1) {  // RMSNorm scales
+      param.fill_(1.0);
+    } else {
+      // Drawn on the CPU in fp32 so the values do not depend on the device.
+      torch::Tensor values = torch::empty(param.sizes(), torch::kFloat);
+      values.normal_(0.0, config_.initializer_range,
+                     at::detail::createCPUGenerator(parameter_seed(seed, name)));
+      param.copy_(values);
+    }
+  }
+}
+
+torch::Tensor TransformerModelImpl::lm_head_weight() const {
+  return config_.tie_word_embeddings ? embed_tokens_->weight : lm_head_->weight;
+}
+
+torch::Tensor TransformerModelImpl::embed(const torch::Tensor& input_ids) {
+  return embed_tokens_->forward(input_ids);
+}
+
+RotaryTables TransformerModelImpl::rotary_tables(const torch::Tensor& position_ids) const {
+  return rotary_.tables(position_ids, dtype());
+}
+
+torch::Tensor TransformerModelImpl::run_layer(DecoderLayer& layer, const torch::Tensor& hidden,
+                                              const RotaryTables& rope,
+                                              const std::vector<int64_t>& offsets) {
+  if (!activation_checkpointing_) return layer->forward(hidden, rope, offsets);
+  // rope and offsets are not differentiable and outlive backward (captured by value).
+  return checkpointed([impl = layer.ptr(), rope,
+                       offsets](const at::Tensor& x) { return impl->forward(x, rope, offsets); },
+                      hidden, layer->parameters());
+}
+
+torch::Tensor TransformerModelImpl::forward(const torch::Tensor& input_ids,
+                                            const torch::Tensor& position_ids,
+                                            const torch::Tensor& cu_seqlens) {
+  check_token_ids(input_ids, "input_ids", config_.vocab_size);
+  const int64_t tokens = input_ids.size(0);
+  if (!position_ids.defined() || position_ids.dim() != 1 || position_ids.size(0) != tokens) {
+    throw Error("position_ids must be a 1-D tensor with one position per token (" +
+                std::to_string(tokens) + "), got shape " +
+                (position_ids.defined() ? c10::str(position_ids.sizes()) : "undefined"));
+  }
+  const std::vector<int64_t> offsets = sequence_offsets(cu_seqlens, tokens);
+  torch::Tensor hidden = embed(input_ids);
+  const RotaryTables rope = rotary_tables(position_ids.to(hidden.device()));
+  for (DecoderLayer& layer : layers_) hidden = run_layer(layer, hidden, rope, offsets);
+  return norm_->forward(hidden);
+}
+
+torch::Tensor TransformerModelImpl::logits(const torch::Tensor& hidden) {
+  return torch::matmul(hidden, lm_head_weight().t());
+}
+
+torch::Tensor TransformerModelImpl::forward_cached(const torch::Tensor& input_ids,
+                                                   const CacheStep& step, KVCache& cache) {
+  if (cache.num_layers() != config_.num_hidden_layers || cache.dtype() != dtype() ||
+      cache.device() != embed_tokens_->weight.device()) {
+    throw Error("KVCache does not match the model: it has " + std::to_string(cache.num_layers()) +
+                " layers, dtype " + c10::toString(cache.dtype()) + ", device " +
+                cache.device().str() + "; the model has " +
+                std::to_string(config_.num_hidden_layers) + " layers, " + c10::toString(dtype()) +
+                ", " + embed_tokens_->weight.device().str());
+  }
+  torch::Tensor hidden = embed(input_ids.to(cache.device()));
+  const RotaryTables rope = rotary_tables(step.position_ids);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    hidden = layers_[i]->forward_cached(hidden, rope, step, cache, static_cast<int64_t>(i));
+  }
+  cache.commit_step(step);
+  return norm_->forward(hidden);
+}
+
+torch::Tensor TransformerModelImpl::forward_prefill(const torch::Tensor& input_ids,
+                                                    const torch::Tensor& cu_seqlens,
+                                                    const torch::Tensor& slots, KVCache& cache) {
+  torch::NoGradGuard no_grad;
+  check_token_ids(input_ids, "input_ids", config_.vocab_size);
+  const std::vector<int64_t> offsets = sequence_offsets(cu_seqlens, input_ids.size(0));
+  if (!slots.defined() || slots.dim() != 1 ||
+      slots.size(0) != static_cast<int64_t>(offsets.size()) - 1) {
+    throw Error("forward_prefill: slots must be a 1-D tensor with one slot per sequence (" +
+                std::to_string(offsets.size() - 1) + ")");
+  }
+  std::vector<int64_t> lengths;
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) lengths.push_back(offsets[i + 1] - offsets[i]);
+  const CacheStep step = cache.plan_step(to_int64_vector(slots), lengths, /*is_decode=*/false);
+  torch::Tensor hidden = forward_cached(input_ids, step, cache);
+  std::vector<int64_t> last_tokens(offsets.begin() + 1, offsets.end());
+  for (int64_t& index : last_tokens) index -= 1;
+  torch::Tensor last =
+      hidden.index_select(0, torch::tensor(last_tokens, torch::kLong).to(hidden.device()));
+  return logits(last);
+}
+
+torch::Tensor TransformerModelImpl::forward_decode(const torch::Tensor& token_ids,
+                                                   const torch::Tensor& slots, KVCache& cache) {
+  torch::NoGradGuard no_grad;
+  check_token_ids(token_ids, "token_ids", config_.vocab_size);
+  if (!slots.defined() || slots.dim() != 1 || slots.size(0) != token_ids.size(0)) {
+    throw Error("forward_decode: slots must be a 1-D tensor with one slot per token (" +
+                std::to_string(token_ids.size(0)) + ")");
+  }
+  if (token_ids.size(0) == 0) {
+    throw Error("forward_decode: no sequences given; pass at least one token and slot");
+  }
+  const std::vector<int64_t> ones(token_ids.size(0), 1);
+  const CacheStep step = cache.plan_step(to_int64_vector(slots), ones, /*is_decode=*/true);
+  return logits(forward_cached(token_ids, step, cache));
+}
+
+}  // namespace ooze::models
