@@ -1,0 +1,100 @@
+#include "algorithms/mismatch_correction.h"
+
+#include "algorithms/log_ratio.h"
+#include "core/error.h"
+
+namespace ooze::algorithms {
+TisLevel parse_tis_level(const std::string& name) {
+  if (name == "token") return TisLevel::kToken;
+  if (name == "sequence") return TisLevel::kSequence;
+  if (name == "geometric") return TisLevel::kGeometric;
+  throw ConfigError("unknown TIS level '" + name + "': expected token, sequence or geometric");
+}
+
+TisMode parse_tis_mode(const std::string& name) {
+  if (name == "clip") return TisMode::kClip;
+  if (name == "mask") return TisMode::kMask;
+  throw ConfigError("unknown TIS mode '" + name + "': expected clip or mask");
+}
+
+MismatchCorrectionOptions MismatchCorrectionOptions::from_config(const Config& config) {
+  MismatchCorrectionOptions options;
+  options.use_tis = config.get<bool>("use_tis");
+  options.tis_clip = config.get<double>("tis_clip");
+  options.tis_clip_low = config.get<double>("tis_clip_low");
+  options.level = parse_tis_level(config.get<std::string>("tis_level"));
+  options.mode = parse_tis_mode(config.get<std::string>("tis_mode"));
+  options.get_mismatch_metrics = config.get<bool>("get_mismatch_metrics");
+  return options;
+}
+
+RolloutImportanceWeights rollout_importance_weights(const at::Tensor& old_log_probs,
+                                                    const at::Tensor& rollout_log_probs,
+                                                    const at::Tensor& loss_mask,
+                                                    const PackedSequences& sequences,
+                                                    const MismatchCorrectionOptions& options) {
+  const int64_t tokens = sequences.num_tokens();
+  check_per_token("rollout_importance_weights", "old_log_probs", old_log_probs, tokens);
+  check_per_token("rollout_importance_weights", "rollout_log_probs", rollout_log_probs, tokens);
+  check_per_token("rollout_importance_weights", "loss_mask", loss_mask, tokens);
+  if (!(options.tis_clip_low < options.tis_clip)) {
+    throw Error(
+        "rollout_importance_weights: tis_clip_low = " + std::to_string(options.tis_clip_low) +
+        " must be below tis_clip = " + std::to_string(options.tis_clip));
+  }
+  at::NoGradGuard no_grad;
+  at::Tensor old = to_compute_dtype(old_log_probs);
+  at::Tensor mask = loss_mask.to(old.scalar_type());
+  at::Tensor log_ratio = old - rollout_log_probs.to(old.scalar_type());
+  switch (options.level) {
+    case TisLevel::kToken:
+      break;
+    case TisLevel::kSequence:
+      log_ratio = sequences.expand(sequences.sum(log_ratio * mask));
+      break;
+    case TisLevel::kGeometric:
+      log_ratio = sequences.expand(sequences.masked_mean(log_ratio, mask));
+      break;
+  }
+  RolloutImportanceWeights out;
+  out.ratio = at::clamp(log_ratio, -kMaxLogRatio, kMaxLogRatio).exp();
+  at::Tensor inside = (out.ratio >= options.tis_clip_low) & (out.ratio <= options.tis_clip);
+  at::Tensor kept = inside.to(old.scalar_type());
+  out.corrected = 1.0 - kept;
+  if (options.mode == TisMode::kClip) {
+    out.weights = at::clamp(out.ratio, options.tis_clip_low, options.tis_clip);
+  } else {
+    out.weights = out.ratio * kept;
+  }
+  return out;
+}
+
+void add_mismatch_metrics(PendingMetrics& metrics, const RolloutImportanceWeights& weights,
+                          const at::Tensor& old_log_probs, const at::Tensor& rollout_log_probs,
+                          const at::Tensor& loss_mask, const at::Tensor& metric_weights) {
+  using Reduction = LossMetrics::Reduction;
+  at::NoGradGuard no_grad;
+  at::Tensor old = to_compute_dtype(old_log_probs);
+  at::Tensor difference = old - rollout_log_probs.to(old.scalar_type());
+  at::Tensor mask = loss_mask.to(old.scalar_type());
+  // Extremes over counted tokens by products with the mask (where() is slow on the CPU): the
+  // values are positive, so an uncounted token contributes 0 to a maximum; the minimum ratio is
+  // the reciprocal of the maximum reciprocal (+inf when no token counts).
+  auto masked_max = [&](const at::Tensor& positive) {
+    if (positive.numel() == 0) return at::zeros({}, positive.options());
+    return (positive * mask).max();
+  };
+  at::Tensor abs_difference = difference.abs();
+  at::Tensor clamped = at::clamp(difference, -kMaxLogRatio, kMaxLogRatio);
+  metrics.add("train_rollout_logprob_abs_diff", (abs_difference * metric_weights).sum());
+  metrics.add("train_rollout_logprob_abs_diff_max", masked_max(abs_difference), Reduction::kMax);
+  metrics.add("train_rollout_k3_kl", ((clamped.exp() - 1.0 - clamped) * metric_weights).sum());
+  metrics.add("tis", (weights.ratio * metric_weights).sum());
+  metrics.add("tis_abs", ((weights.ratio - 1.0).abs() * metric_weights).sum());
+  metrics.add("tis_max", masked_max(weights.ratio), Reduction::kMax);
+  metrics.add("tis_min", at::reciprocal(masked_max(at::reciprocal(weights.ratio))),
+              Reduction::kMin);
+  metrics.add("tis_clipfrac", (weights.corrected * metric_weights).sum());
+}
+
+}  // namespace ooze::algorithms

@@ -1,0 +1,67 @@
+// Corrections for the mismatch between the inference engine and the trainer: the rollout was
+// sampled with the engine's probabilities pi_rollout, while the loss uses the trainer's pi_old
+// (https://fengyao.notion.site/off-policy-rl). The importance ratio pi_old / pi_rollout
+//   token level      exp(old_t - rollout_t)
+//   sequence level   exp(sum over the sample's counted tokens of (old - rollout))
+//   geometric level  exp(mean over the sample's counted tokens of (old - rollout))
+// (log-ratios clamped to [-20, 20] first) then weights the policy-gradient loss of each token:
+//   clip (truncated importance sampling, --use-tis):  clamp(ratio, tis_clip_low, tis_clip)
+//   mask (icepop):  ratio inside [tis_clip_low, tis_clip], 0 outside (the token is dropped)
+// The weights carry no gradient: pi_old and pi_rollout are fixed during the step.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "algorithms/loss_metrics.h"
+#include "algorithms/packed_sequences.h"
+#include "core/config.h"
+
+namespace ooze::algorithms {
+
+enum class TisLevel { kToken, kSequence, kGeometric };
+enum class TisMode { kClip, kMask };
+
+// "token", "sequence", "geometric" / "clip", "mask"; throw ooze::ConfigError otherwise.
+TisLevel parse_tis_level(const std::string& name);
+TisMode parse_tis_mode(const std::string& name);
+
+struct MismatchCorrectionOptions {
+  bool use_tis = false;               // --use-tis: weight the policy-gradient loss
+  double tis_clip = 2.0;              // --tis-clip: upper bound of the ratio
+  double tis_clip_low = 0.0;          // --tis-clip-low: lower bound
+  TisLevel level = TisLevel::kToken;  // --tis-level
+  TisMode mode = TisMode::kClip;      // --tis-mode
+  bool get_mismatch_metrics = false;  // --get-mismatch-metrics: metrics without weighting
+
+  // Reads use_tis, tis_clip, tis_clip_low, tis_level, tis_mode and get_mismatch_metrics.
+  static MismatchCorrectionOptions from_config(const Config& config);
+  // Whether the loss needs rollout log-probs.
+  bool needs_rollout_log_probs() const { return use_tis || get_mismatch_metrics; }
+};
+
+struct RolloutImportanceWeights {
+  at::Tensor ratio;      // [T] pi_old / pi_rollout at the configured level, before correction
+  at::Tensor weights;    // [T] the factor on each token's policy-gradient loss
+  at::Tensor corrected;  // [T] 1 where the ratio was outside [tis_clip_low, tis_clip], else 0
+};
+
+// All outputs detached, in the compute dtype of old_log_probs.
+RolloutImportanceWeights rollout_importance_weights(const at::Tensor& old_log_probs,
+                                                    const at::Tensor& rollout_log_probs,
+                                                    const at::Tensor& loss_mask,
+                                                    const PackedSequences& sequences,
+                                                    const MismatchCorrectionOptions& options);
+
+// Adds the mismatch metrics, means weighted by `metric_weights` (loss_token_weights):
+//   train_rollout_logprob_abs_diff (mean) and _max of |old - rollout|,
+//   train_rollout_k3_kl: mean of exp(d) - 1 - d with d = old - rollout,
+//   tis (mean ratio), tis_abs (mean |ratio - 1|), tis_min and tis_max over counted tokens (+inf
+//   and 0 when none counts, the identities of their reductions),
+//   tis_clipfrac (mean of `corrected`: the fraction clipped, or masked in mask mode).
+void add_mismatch_metrics(PendingMetrics& metrics, const RolloutImportanceWeights& weights,
+                          const at::Tensor& old_log_probs, const at::Tensor& rollout_log_probs,
+                          const at::Tensor& loss_mask, const at::Tensor& metric_weights);
+
+}  // namespace ooze::algorithms

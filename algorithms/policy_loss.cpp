@@ -1,0 +1,191 @@
+#include "algorithms/policy_loss.h"
+
+#include "algorithms/log_ratio.h"
+#include "algorithms/opsm.h"
+#include "core/error.h"
+
+namespace ooze::algorithms {
+namespace {
+
+at::Tensor safe_ratio(const at::Tensor& log_ratio) { return bounded_log_ratio(log_ratio).exp(); }
+
+void check_options(const PolicyLossOptions& options) {
+  if (options.eps_clip_c != 0 && !(options.eps_clip_c > 1.0)) {
+    throw Error("policy_loss: eps_clip_c = " + std::to_string(options.eps_clip_c) +
+                " must be > 1 (the dual-clip bound on -ratio * advantage), or 0 to turn it off");
+  }
+  if (options.mismatch.needs_rollout_log_probs() &&
+      !(options.mismatch.tis_clip_low < options.mismatch.tis_clip)) {
+    throw Error("policy_loss: tis_clip_low = " + std::to_string(options.mismatch.tis_clip_low) +
+                " must be below tis_clip = " + std::to_string(options.mismatch.tis_clip));
+  }
+}
+
+}  // namespace
+
+PolicyLossKind policy_loss_kind_for(AdvantageEstimator estimator) {
+  if (estimator == AdvantageEstimator::kGspo) return PolicyLossKind::kGspo;
+  if (estimator == AdvantageEstimator::kCispo) return PolicyLossKind::kCispo;
+  return PolicyLossKind::kPpoClip;
+}
+
+PolicyLossOptions PolicyLossOptions::from_config(const Config& config) {
+  PolicyLossOptions options;
+  options.kind = policy_loss_kind_for(
+      parse_advantage_estimator(config.get<std::string>("advantage_estimator")));
+  options.eps_clip = config.get<double>("eps_clip");
+  const double eps_clip_high = config.get<double>("eps_clip_high");
+  options.eps_clip_high = eps_clip_high == 0 ? options.eps_clip : eps_clip_high;
+  options.eps_clip_c = config.get<double>("eps_clip_c");
+  options.entropy_coef = config.get<double>("entropy_coef");
+  options.use_kl_loss = config.get<bool>("use_kl_loss");
+  options.kl_loss_coef = config.get<double>("kl_loss_coef");
+  options.kl_loss_type = parse_kl_estimator(config.get<std::string>("kl_loss_type"));
+  options.use_unbiased_kl = config.get<bool>("use_unbiased_kl");
+  options.mismatch = MismatchCorrectionOptions::from_config(config);
+  options.use_opsm = config.get<bool>("use_opsm");
+  options.opsm_delta = config.get<double>("opsm_delta");
+  return options;
+}
+
+PerTokenPolicyLoss ppo_clip_loss(const at::Tensor& log_ratio, const at::Tensor& advantages,
+                                 double eps_clip, double eps_clip_high, double eps_clip_c) {
+  // max(-r A, -clamp(r) A) and its dual-clip cap, written as "take the other branch where it is
+  // larger" with masks: the same values and gradients (a clipped branch is constant in r where
+  // it is chosen), without the slow where() of maximum's backward on the CPU.
+  at::Tensor ratio = safe_ratio(log_ratio);
+  const at::ScalarType dtype = ratio.scalar_type();
+  at::Tensor unclipped = -ratio * advantages;
+  at::Tensor clipped, chose_clipped;
+  {
+    at::NoGradGuard no_grad;
+    clipped = -at::clamp(ratio, 1.0 - eps_clip, 1.0 + eps_clip_high) * advantages;
+    chose_clipped = (clipped > unclipped).to(dtype);
+  }
+  PerTokenPolicyLoss out;
+  out.loss = unclipped + chose_clipped * (clipped - unclipped);
+  out.clipped = chose_clipped;
+  if (eps_clip_c != 0) {
+    // Dual clip: for A < 0 an exploding ratio would make the loss unbounded; cap it at -c A.
+    at::Tensor capped;
+    at::Tensor cap = -eps_clip_c * advantages;
+    {
+      at::NoGradGuard no_grad;
+      capped = ((advantages < 0) & (out.loss > cap)).to(dtype);
+    }
+    out.loss = out.loss + capped * (cap - out.loss);
+  }
+  return out;
+}
+
+at::Tensor gspo_sequence_log_ratio(const at::Tensor& log_probs, const at::Tensor& old_log_probs,
+                                   const at::Tensor& loss_mask, const PackedSequences& sequences) {
+  return sequences.expand(sequences.masked_mean(log_probs - old_log_probs, loss_mask));
+}
+
+PerTokenPolicyLoss cispo_loss(const at::Tensor& log_probs, const at::Tensor& old_log_probs,
+                              const at::Tensor& advantages, double eps_clip, double eps_clip_high) {
+  at::Tensor ratio = safe_ratio(log_probs.detach() - old_log_probs);
+  at::Tensor weight = at::clamp(ratio, 1.0 - eps_clip, 1.0 + eps_clip_high);
+  PerTokenPolicyLoss out;
+  // The clipped ratio is a constant: the gradient flows through log pi only, so clipped tokens
+  // still contribute (unlike PPO, which zeroes them).
+  out.loss = -weight * advantages * log_probs;
+  out.clipped = (weight != ratio).to(ratio.scalar_type());
+  return out;
+}
+
+LossOutput policy_loss(const PolicyLossInputs& inputs, const PolicyLossOptions& options,
+                       const LossScale& scale) {
+  check_options(options);
+  if (!inputs.log_probs.defined()) throw Error("policy_loss: log_probs is required");
+  const int64_t tokens = inputs.log_probs.numel();
+  check_per_token("policy_loss", "log_probs", inputs.log_probs, tokens);
+  check_per_token("policy_loss", "old_log_probs", inputs.old_log_probs, tokens);
+  check_per_token("policy_loss", "advantages", inputs.advantages, tokens);
+  check_per_token("policy_loss", "loss_mask", inputs.loss_mask, tokens);
+  if (options.use_kl_loss) {
+    check_per_token("policy_loss (use_kl_loss)", "ref_log_probs", inputs.ref_log_probs, tokens);
+  }
+  if (options.mismatch.needs_rollout_log_probs()) {
+    check_per_token("policy_loss (use_tis or get_mismatch_metrics)", "rollout_log_probs",
+                    inputs.rollout_log_probs, tokens);
+  }
+  if (options.entropy_coef != 0) {
+    check_per_token("policy_loss (entropy_coef != 0)", "entropy", inputs.entropy, tokens);
+  } else if (inputs.entropy.defined()) {
+    check_per_token("policy_loss", "entropy", inputs.entropy, tokens);
+  }
+
+  PackedSequences sequences(inputs.cu_seqlens, tokens, inputs.log_probs.device());
+  at::Tensor log_probs = to_compute_dtype(inputs.log_probs);
+  const at::ScalarType dtype = log_probs.scalar_type();
+  at::Tensor old_log_probs = inputs.old_log_probs.to(dtype);
+  at::Tensor advantages = inputs.advantages.to(dtype);
+  at::Tensor mask = inputs.loss_mask.to(dtype);
+  at::Tensor weights = loss_token_weights(mask, sequences, scale, inputs.sequence_token_counts);
+  PendingMetrics metrics;
+
+  PerTokenPolicyLoss surrogate;
+  at::Tensor log_ratio;  // log pi - log pi_old, per token or per sequence
+  switch (options.kind) {
+    case PolicyLossKind::kPpoClip:
+      log_ratio = log_probs - old_log_probs;
+      surrogate = ppo_clip_loss(log_ratio, advantages, options.eps_clip, options.eps_clip_high,
+                                options.eps_clip_c);
+      break;
+    case PolicyLossKind::kGspo:
+      log_ratio = gspo_sequence_log_ratio(log_probs, old_log_probs, mask, sequences);
+      surrogate = ppo_clip_loss(log_ratio, advantages, options.eps_clip, options.eps_clip_high,
+                                options.eps_clip_c);
+      break;
+    case PolicyLossKind::kCispo:
+      log_ratio = log_probs - old_log_probs;
+      surrogate =
+          cispo_loss(log_probs, old_log_probs, advantages, options.eps_clip, options.eps_clip_high);
+      break;
+  }
+  at::Tensor per_token = surrogate.loss;
+
+  if (options.use_opsm) {
+    at::Tensor keep =
+        opsm_keep_mask(log_probs, old_log_probs, advantages, mask, sequences, options.opsm_delta);
+    per_token = per_token * keep;
+    metrics.add("opsm_clipfrac", ((1.0 - keep) * weights).sum());
+  }
+  if (options.mismatch.needs_rollout_log_probs()) {
+    RolloutImportanceWeights importance = rollout_importance_weights(
+        old_log_probs, inputs.rollout_log_probs, mask, sequences, options.mismatch);
+    if (options.mismatch.use_tis) per_token = per_token * importance.weights;
+    add_mismatch_metrics(metrics, importance, old_log_probs, inputs.rollout_log_probs, mask,
+                         weights);
+  }
+
+  at::Tensor pg_loss = (per_token * weights).sum();
+  at::Tensor loss = pg_loss;
+  metrics.add("pg_loss", pg_loss);
+  metrics.add("pg_clipfrac", (surrogate.clipped * weights).sum());
+  metrics.add("ppo_kl", (-log_ratio.detach() * weights).sum());
+
+  if (inputs.entropy.defined()) {
+    at::Tensor entropy_loss = (inputs.entropy.to(dtype) * weights).sum();
+    metrics.add("entropy_loss", entropy_loss);
+    if (options.entropy_coef != 0) loss = loss - options.entropy_coef * entropy_loss;
+  }
+  if (options.use_kl_loss) {
+    // With a zero coefficient the KL is only a metric: keep it out of the autograd graph.
+    const bool with_gradient = options.kl_loss_coef != 0;
+    at::Tensor current = with_gradient ? log_probs : log_probs.detach();
+    at::Tensor importance_ratio;
+    if (options.use_unbiased_kl) importance_ratio = safe_ratio(current - old_log_probs);
+    at::Tensor kl =
+        approx_kl(current, inputs.ref_log_probs.to(dtype), options.kl_loss_type, importance_ratio);
+    at::Tensor kl_loss = (kl * weights).sum();
+    metrics.add("kl_loss", kl_loss);
+    if (with_gradient) loss = loss + options.kl_loss_coef * kl_loss;
+  }
+  metrics.add("loss", loss);
+  return LossOutput{loss * scale.gradient_factor(), metrics.resolve()};
+}
+
+}  // namespace ooze::algorithms
