@@ -1,0 +1,139 @@
+#include "fsdp/fsdp_transformer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/error.h"
+#include "models/activation_checkpoint.h"
+#include "models/causal_attention.h"
+
+namespace ooze::fsdp {
+namespace {
+
+const char* kEmbedPrefix = "model.embed_tokens";
+
+std::string layer_prefix(size_t index) { return "model.layers." + std::to_string(index); }
+
+void check_inputs(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                  int64_t vocab_size) {
+  if (!input_ids.defined() || input_ids.dim() != 1 ||
+      (input_ids.scalar_type() != torch::kLong && input_ids.scalar_type() != torch::kInt)) {
+    throw Error("FsdpTransformer::forward: input_ids must be a 1-D int64 tensor, got " +
+                (input_ids.defined() ? std::to_string(input_ids.dim()) + "-D " +
+                                           c10::toString(input_ids.scalar_type())
+                                     : std::string("an undefined tensor")));
+  }
+  if (input_ids.numel() > 0) {
+    const int64_t low = input_ids.min().item<int64_t>(), high = input_ids.max().item<int64_t>();
+    if (low < 0 || high >= vocab_size) {
+      throw Error("FsdpTransformer::forward: input_ids holds token id " +
+                  std::to_string(low < 0 ? low : high) + " outside the vocabulary [0, " +
+                  std::to_string(vocab_size) + ")");
+    }
+  }
+  if (!position_ids.defined() || position_ids.dim() != 1 ||
+      position_ids.size(0) != input_ids.size(0)) {
+    throw Error(
+        "FsdpTransformer::forward: position_ids must be a 1-D tensor with one position "
+        "per token (" +
+        std::to_string(input_ids.size(0)) + "), got shape " +
+        (position_ids.defined() ? c10::str(position_ids.sizes()) : "undefined"));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> FsdpTransformer::unit_prefixes(const models::ModelConfig& config) {
+  std::vector<std::string> prefixes;
+  if (!config.tie_word_embeddings) prefixes.push_back(kEmbedPrefix);
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) prefixes.push_back(layer_prefix(i));
+  return prefixes;
+}
+
+FsdpTransformer::FsdpTransformer(models::TransformerModel model,
+                                 std::shared_ptr<comm::Communicator> comm,
+                                 FsdpTransformerOptions options)
+    : model_(std::move(model)), options_(options) {
+  sharded_ = std::make_unique<FullyShardedModule>(*model_, unit_prefixes(model_->config()),
+                                                  std::move(comm), options_.shard);
+  if (!model_->config().tie_word_embeddings) embed_unit_ = sharded_->unit_index(kEmbedPrefix);
+  for (size_t i = 0; i < model_->layers().size(); ++i) {
+    layer_units_.push_back(sharded_->unit_index(layer_prefix(i)));
+  }
+  if (!sharded_->root_unit()) {
+    throw Error(
+        "FsdpTransformer: the model has no root parameters (final norm); this is not a "
+        "TransformerModel layout");
+  }
+  root_unit_ = *sharded_->root_unit();
+}
+
+torch::Tensor FsdpTransformer::forward(const torch::Tensor& input_ids,
+                                       const torch::Tensor& position_ids,
+                                       const torch::Tensor& cu_seqlens) {
+  check_inputs(input_ids, position_ids, model_->config().vocab_size);
+  const std::vector<int64_t> offsets = models::sequence_offsets(cu_seqlens, input_ids.size(0));
+  const std::optional<size_t> first_layer =
+      layer_units_.empty() ? std::nullopt : std::optional<size_t>(layer_units_.front());
+
+  // The root first (the tied embeddings need it at once), the next unit in flight meanwhile.
+  sharded_->unshard_async(root_unit_);
+  if (options_.shard.prefetch) {
+    if (embed_unit_) {
+      sharded_->unshard_async(*embed_unit_);
+    } else if (first_layer) {
+      sharded_->unshard_async(*first_layer);
+    }
+  }
+  sharded_->hold_unsharded(root_unit_);
+  if (torch::GradMode::is_enabled()) ++graphs_in_flight_;
+
+  torch::Tensor hidden;
+  if (embed_unit_) {
+    models::TransformerModelImpl* impl = model_.get();
+    hidden = sharded_->run_unit(
+        *embed_unit_, [impl, input_ids](const torch::Tensor&) { return impl->embed(input_ids); },
+        torch::Tensor(), first_layer);
+  } else {
+    hidden = model_->embed(input_ids);
+  }
+  const models::RotaryTables rope = model_->rotary_tables(position_ids.to(hidden.device()));
+  for (size_t i = 0; i < layer_units_.size(); ++i) {
+    models::DecoderLayerImpl* layer = model_->layers()[i].get();
+    // Captured by value: with checkpointing the block runs again in backward.
+    FullyShardedModule::UnitBlock block = [layer, rope, offsets](const torch::Tensor& x) {
+      return layer->forward(x, rope, offsets);
+    };
+    if (options_.activation_checkpointing) {
+      block = [run = block, params = layer->parameters()](const torch::Tensor& x) {
+        return models::checkpointed(run, x, params);
+      };
+    }
+    const std::optional<size_t> next =
+        i + 1 < layer_units_.size() ? std::optional<size_t>(layer_units_[i + 1]) : std::nullopt;
+    hidden = sharded_->run_unit(layer_units_[i], block, hidden, next);
+  }
+  return model_->final_norm()->forward(hidden);
+}
+
+torch::Tensor FsdpTransformer::lm_head_weight() {
+  if (!sharded_->unit(root_unit_).is_unsharded()) {
+    throw Error(
+        "FsdpTransformer::lm_head_weight: the head is not gathered; call it between "
+        "forward() and backward()/reshard()");
+  }
+  return model_->lm_head_weight();
+}
+
+void FsdpTransformer::backward(const torch::Tensor& loss) {
+  if (!loss.defined() || loss.numel() != 1 || !loss.requires_grad()) {
+    throw Error(
+        "FsdpTransformer::backward: the loss must be a scalar that requires grad (computed "
+        "from forward() and lm_head_weight() with grad enabled)");
+  }
+  loss.backward();
+  graphs_in_flight_ = std::max(graphs_in_flight_ - 1, 0);
+  sharded_->finish_backward(/*release_held=*/graphs_in_flight_ == 0);
+}
+
+}  // namespace ooze::fsdp
