@@ -11,20 +11,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/algorithms/double_vectors.h"
 
 namespace ooze::algorithms {
 namespace {
-
-using Vec = std::vector<double>;
-
-at::Tensor tensor_of(const Vec& values) {
-  return at::tensor(at::ArrayRef<double>(values), at::TensorOptions().dtype(at::kDouble)).clone();
-}
-
-Vec vec_of(const at::Tensor& tensor) {
-  at::Tensor host = tensor.detach().to(at::kCPU, at::kDouble).contiguous();
-  return Vec(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
-}
 
 double reference_kl(double log_prob, double base, KlEstimator estimator, double ratio) {
   double x = log_prob - base, kl = 0;

@@ -18,20 +18,10 @@
 #include "algorithms/policy_loss.h"
 #include "algorithms/value_loss.h"
 #include "core/error.h"
+#include "tests/algorithms/double_vectors.h"
 
 namespace ooze::algorithms {
 namespace {
-
-using Vec = std::vector<double>;
-
-at::Tensor tensor_of(const Vec& values) {
-  return at::tensor(at::ArrayRef<double>(values), at::TensorOptions().dtype(at::kDouble)).clone();
-}
-
-Vec vec_of(const at::Tensor& tensor) {
-  at::Tensor host = tensor.detach().to(at::kCPU, at::kDouble).contiguous();
-  return Vec(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
-}
 
 const LossAggregation kAggregations[] = {LossAggregation::kTokenMean,
                                          LossAggregation::kSequenceMeanTokenMean,
