@@ -111,21 +111,6 @@ TEST(KlTest, HalfPrecisionInputsAreComputedInFloat32) {
   }
 }
 
-// Central finite differences of f at x, one coordinate at a time.
-Vec finite_difference(const std::function<double(const Vec&)>& f, Vec x, double h = 1e-6) {
-  Vec grad(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    double saved = x[i];
-    x[i] = saved + h;
-    double up = f(x);
-    x[i] = saved - h;
-    double down = f(x);
-    x[i] = saved;
-    grad[i] = (up - down) / (2 * h);
-  }
-  return grad;
-}
-
 TEST(KlTest, GradientsMatchFiniteDifferences) {
   Inputs in = random_inputs(12, 4, 1.0);
   // Weighted sum so that every coordinate has its own gradient.

@@ -330,21 +330,6 @@ TEST(PolicyLossTest, TisLevelsAndModes) {
   }
 }
 
-// Central finite differences of f at x, one coordinate at a time.
-Vec finite_difference(const std::function<double(const Vec&)>& f, Vec x, double h = 1e-6) {
-  Vec grad(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    double saved = x[i];
-    x[i] = saved + h;
-    double up = f(x);
-    x[i] = saved - h;
-    double down = f(x);
-    x[i] = saved;
-    grad[i] = (up - down) / (2 * h);
-  }
-  return grad;
-}
-
 void expect_gradients_match(const Packed& p, const PolicyLossOptions& options,
                             const LossScale& scale, const std::string& what) {
   PolicyLossInputs in = inputs_of(p);
