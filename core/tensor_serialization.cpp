@@ -62,8 +62,10 @@ void check_tensor_rank(uint32_t rank) {
   }
 }
 
-at::Tensor allocate_loaded_tensor(uint8_t code, const std::vector<int64_t>& sizes,
-                                  uint64_t nbytes) {
+namespace {
+
+at::ScalarType checked_loaded_dtype(uint8_t code, const std::vector<int64_t>& sizes,
+                                    uint64_t nbytes) {
   at::ScalarType dtype = at::kFloat;
   for (const auto& entry : kTensorWireCodes) {
     if (entry.code == code) dtype = entry.dtype;
@@ -94,7 +96,23 @@ at::Tensor allocate_loaded_tensor(uint8_t code, const std::vector<int64_t>& size
                       (overflow ? " (too large)" : " (" + std::to_string(expected) + " bytes)") +
                       " but carries " + std::to_string(nbytes) + " bytes; the archive is corrupt");
   }
+  return dtype;
+}
+
+}  // namespace
+
+at::Tensor allocate_loaded_tensor(uint8_t code, const std::vector<int64_t>& sizes,
+                                  uint64_t nbytes) {
+  at::ScalarType dtype = checked_loaded_dtype(code, sizes, nbytes);
   return at::empty(sizes, at::TensorOptions().dtype(dtype).device(at::kCPU));
+}
+
+at::Tensor tensor_over_bytes(uint8_t code, const std::vector<int64_t>& sizes, uint64_t nbytes,
+                             void* data, std::shared_ptr<void> owner) {
+  at::ScalarType dtype = checked_loaded_dtype(code, sizes, nbytes);
+  return at::from_blob(
+      data, sizes, [owner = std::move(owner)](void*) mutable { owner.reset(); },
+      at::TensorOptions().dtype(dtype).device(at::kCPU));
 }
 
 }  // namespace ooze::detail

@@ -11,6 +11,10 @@
 //   uint32 rank, then rank x int64 sizes
 //   uint64 byte count, then the raw bytes of the contiguous data (row-major)
 //
+// An archive deriving from ooze::OutOfBandBytes (core/out_of_band.h; the actor wire format)
+// may take a tensor's bytes out of the stream: the dtype code then has kOutOfBandFlag set and a
+// uint64 index replaces the bytes; the loaded tensor is a view of the bytes the archive holds.
+//
 // Saving makes non-contiguous tensors (transposes, strided slices) contiguous first and
 // rejects tensors that are not dense CPU tensors (call .cpu() first); only the data travels,
 // not strides, requires_grad or autograd history. Loading yields a new contiguous CPU tensor
@@ -22,8 +26,12 @@
 
 #include <cereal/cereal.hpp>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
+
+#include "core/error.h"
+#include "core/out_of_band.h"
 
 namespace ooze::detail {
 
@@ -35,6 +43,13 @@ void check_tensor_wire_code(uint8_t code);
 void check_tensor_rank(uint32_t rank);
 // Validates sizes against `nbytes` and allocates the tensor the bytes are read into.
 at::Tensor allocate_loaded_tensor(uint8_t code, const std::vector<int64_t>& sizes, uint64_t nbytes);
+// Validates like allocate_loaded_tensor and returns a tensor over `data`, which `owner` keeps.
+at::Tensor tensor_over_bytes(uint8_t code, const std::vector<int64_t>& sizes, uint64_t nbytes,
+                             void* data, std::shared_ptr<void> owner);
+
+// Set on the dtype code of a tensor whose bytes went out of band (core/out_of_band.h): a
+// uint64 index follows the byte count instead of the bytes.
+constexpr uint8_t kOutOfBandFlag = 0x80;
 
 // `T`, const when `Byte` is: the same bytes seen as elements of another width.
 template <class Byte, class T>
@@ -71,11 +86,21 @@ void save(Archive& ar, const at::Tensor& tensor) {
   }
   uint8_t code = 0;
   at::Tensor data = ooze::detail::prepare_tensor_for_save(tensor, &code);
-  ar(code, static_cast<uint32_t>(data.dim()));
-  for (int64_t size : data.sizes()) ar(size);
   uint64_t nbytes = static_cast<uint64_t>(data.numel()) * data.element_size();
+  uint64_t index = 0;
+  bool out_of_band = false;
+  if constexpr (std::is_base_of_v<ooze::OutOfBandBytes, Archive>) {
+    out_of_band =
+        nbytes > 0 && static_cast<ooze::OutOfBandBytes&>(ar).put(
+                          data.data_ptr(), nbytes, std::make_shared<at::Tensor>(data), &index);
+  }
+  ar(static_cast<uint8_t>(out_of_band ? code | ooze::detail::kOutOfBandFlag : code),
+     static_cast<uint32_t>(data.dim()));
+  for (int64_t size : data.sizes()) ar(size);
   ar(nbytes);
-  if (nbytes > 0) {
+  if (out_of_band) {
+    ar(index);
+  } else if (nbytes > 0) {
     ooze::detail::tensor_bytes(ar, static_cast<const void*>(data.data_ptr()), nbytes,
                                data.element_size());
   }
@@ -89,6 +114,13 @@ void load(Archive& ar, at::Tensor& tensor) {
     tensor = at::Tensor();
     return;
   }
+  // Only an archive that carries out-of-band bytes gives the flag a meaning; elsewhere such a
+  // code is simply unknown.
+  bool out_of_band = false;
+  if constexpr (std::is_base_of_v<ooze::OutOfBandBytes, Archive>) {
+    out_of_band = (code & ooze::detail::kOutOfBandFlag) != 0;
+    code &= static_cast<uint8_t>(~ooze::detail::kOutOfBandFlag);
+  }
   ooze::detail::check_tensor_wire_code(code);
   uint32_t rank = 0;
   ar(rank);
@@ -97,6 +129,17 @@ void load(Archive& ar, at::Tensor& tensor) {
   for (int64_t& size : sizes) ar(size);
   uint64_t nbytes = 0;
   ar(nbytes);
+  if (out_of_band) {
+    if constexpr (std::is_base_of_v<ooze::OutOfBandBytes, Archive>) {
+      uint64_t index = 0;
+      ar(index);
+      void* bytes = nullptr;
+      std::shared_ptr<void> owner =
+          static_cast<ooze::OutOfBandBytes&>(ar).take(index, nbytes, &bytes);
+      tensor = ooze::detail::tensor_over_bytes(code, sizes, nbytes, bytes, std::move(owner));
+      return;
+    }
+  }
   at::Tensor loaded = ooze::detail::allocate_loaded_tensor(code, sizes, nbytes);
   if (nbytes > 0) {
     ooze::detail::tensor_bytes(ar, loaded.data_ptr(), nbytes, loaded.element_size());

@@ -5,10 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "actors/runtime.h"
 #include "core/error.h"
+#include "launcher/cluster_command.h"
 #include "launcher/experiment_config.h"
 #include "launcher/foundation_demo.h"
 #include "launcher/model_init_command.h"
+#include "launcher/sft_demo.h"
 #include "launcher/tokenize_command.h"
 
 namespace {
@@ -19,10 +22,17 @@ const char* kUsage =
     "commands:\n"
     "  demo [--config FILE] [--FIELD VALUE ...]\n"
     "                 run the foundation demo (data-parallel training over real processes)\n"
+    "  sft-demo [--out DIR] [--world-size W] [--steps N]\n"
+    "                 supervised fine-tuning of a generated model by W FSDP ranks (actors)\n"
     "  model init --arch qwen3|qwen2|llama --hidden-size N --layers N ... --out DIR\n"
     "                 write a randomly initialised model in Hugging Face layout\n"
     "  tokenize --tokenizer DIR [--chat-template [NAME]] [--decode]\n"
     "                 JSON lines on stdin ({\"text\"} or {\"messages\"}) -> {\"ids\"} on stdout\n"
+    "  start --head [--host IP] [--port P] | start --address HEAD_IP:PORT [--token T]\n"
+    "                 start the cluster's head (with a node), or a node joining it\n"
+    "  status [--address HEAD_IP:PORT]\n"
+    "                 nodes, resources, actors and placement groups of the cluster\n"
+    "  stop           stop the services `ooze start` started on this machine\n"
     "  config-help    list every experiment config field with its flag, type, default and doc\n"
     "  help           show this message\n";
 
@@ -37,6 +47,9 @@ std::string self_executable() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Actors spawned by `ooze` itself (the trainer, engines) run in workers started from this
+  // program: such a process serves its actor here and never returns.
+  ooze::actors::run_worker_if_requested();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage;
@@ -49,6 +62,10 @@ int main(int argc, char** argv) {
     if (command == "demo-rank") return ooze::launcher::run_foundation_demo_rank(rest);
     if (command == "model") return ooze::launcher::run_model_command(rest);
     if (command == "tokenize") return ooze::launcher::run_tokenize_command(rest);
+    if (command == "sft-demo") return ooze::launcher::run_sft_demo(rest);
+    if (command == "start") return ooze::launcher::run_start_command(rest);
+    if (command == "status") return ooze::launcher::run_status_command(rest);
+    if (command == "stop") return ooze::launcher::run_stop_command(rest);
     if (command == "config-help") {
       std::cout << ooze::launcher::experiment_schema().help();
       return 0;

@@ -1,0 +1,124 @@
+// The result of an actor call, available later.
+//
+//   Future<int> sum = counter.call(&Counter::add, 2);
+//   int value = sum.get();                            // or get(std::chrono::seconds(5))
+//   std::vector<int> all = get_all(group.call_all(&Counter::get));
+//   size_t first = wait_any(futures, std::chrono::seconds(1));
+//
+// get() throws RemoteError (the method threw), ActorDiedError (the actor died before
+// answering), or GetTimeoutError (only with a timeout; the call goes on).
+#pragma once
+
+#include <any>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "actors/client.h"
+
+namespace ooze::actors {
+
+template <class R>
+class Future {
+ public:
+  Future() = default;
+  explicit Future(std::shared_ptr<CallState> state) : state_(std::move(state)) {}
+
+  bool ready() const {
+    std::lock_guard<std::mutex> lock(state_->completion->mutex);
+    return state_->finished;
+  }
+
+  // Waits for the result. It is decoded once, on the first get() of any copy of this future
+  // (tensors in it are views of the received message); get() from one thread at a time.
+  R get() { return get(std::chrono::milliseconds::max()); }
+  R get(std::chrono::milliseconds timeout) {
+    wait(timeout);
+    if (!state_->ok) state_->rethrow();
+    if constexpr (std::is_void_v<R>) {
+      return;
+    } else {
+      if (!state_->decoded) state_->decoded = std::make_shared<R>(from_payload<R>(state_->result));
+      return *std::static_pointer_cast<R>(state_->decoded);
+    }
+  }
+
+  // Waits until the call finished (successfully or not); throws GetTimeoutError after `timeout`.
+  void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const {
+    std::unique_lock<std::mutex> lock(state_->completion->mutex);
+    auto finished = [&] { return state_->finished; };
+    if (timeout == std::chrono::milliseconds::max()) {
+      state_->completion->done.wait(lock, finished);
+    } else if (!state_->completion->done.wait_for(lock, timeout, finished)) {
+      throw GetTimeoutError("no result from " + state_->actor + " within " +
+                            std::to_string(timeout.count()) + " ms");
+    }
+  }
+
+  const std::shared_ptr<CallState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<CallState> state_;
+};
+
+// Waits for all; throws GetTimeoutError if they are not all done within `timeout` in total.
+template <class R>
+void wait_all(const std::vector<Future<R>>& futures,
+              std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) {
+  auto deadline = timeout == std::chrono::milliseconds::max()
+                      ? std::chrono::steady_clock::time_point::max()
+                      : std::chrono::steady_clock::now() + timeout;
+  for (const Future<R>& future : futures) {
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      future.wait();
+    } else {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      future.wait(std::max(left, std::chrono::milliseconds(0)));
+    }
+  }
+}
+
+// The results of all, in order (the first failure is thrown).
+template <class R>
+std::vector<R> get_all(std::vector<Future<R>> futures) {
+  wait_all(futures);
+  std::vector<R> results;
+  results.reserve(futures.size());
+  for (Future<R>& future : futures) results.push_back(future.get());
+  return results;
+}
+inline void get_all(std::vector<Future<void>> futures) {
+  wait_all(futures);
+  for (Future<void>& future : futures) future.get();
+}
+
+// The index of a finished future (the lowest such index); throws GetTimeoutError when none
+// finishes within `timeout`. Futures of one client share a completion signal.
+template <class R>
+size_t wait_any(const std::vector<Future<R>>& futures,
+                std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) {
+  if (futures.empty()) throw Error("wait_any needs at least one future");
+  auto& completion = *futures.front().state()->completion;
+  std::unique_lock<std::mutex> lock(completion.mutex);
+  size_t index = 0;
+  auto any = [&] {
+    for (size_t i = 0; i < futures.size(); ++i) {
+      if (futures[i].state()->finished) {
+        index = i;
+        return true;
+      }
+    }
+    return false;
+  };
+  if (timeout == std::chrono::milliseconds::max()) {
+    completion.done.wait(lock, any);
+  } else if (!completion.done.wait_for(lock, timeout, any)) {
+    throw GetTimeoutError("none of " + std::to_string(futures.size()) + " calls finished within " +
+                          std::to_string(timeout.count()) + " ms");
+  }
+  return index;
+}
+
+}  // namespace ooze::actors

@@ -1,0 +1,159 @@
+#include "launcher/sft_demo.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "actors/actor_group.h"
+#include "actors/placement_group.h"
+#include "actors/runtime.h"
+#include "core/config.h"
+#include "launcher/train_actor.h"
+#include "models/model_init.h"
+#include "models/tokenizer.h"
+
+namespace ooze::launcher {
+namespace {
+
+ConfigSchema sft_schema() {
+  ConfigSchema schema;
+  schema.section("sft-demo");
+  schema.add_string("out", "runs/sft-demo", "Output directory (model, data, trained model).");
+  schema.add_int("world_size", 2, "FSDP ranks (TrainActors).").min(1).max(64);
+  schema.add_int("steps", 30, "Optimizer steps.").min(1);
+  schema.add_int("batch_size", 16, "Sequences per global batch.").min(1);
+  schema.add_int("hidden_size", 128, "Hidden size of the generated model.").min(8);
+  schema.add_int("layers", 2, "Decoder layers of the generated model.").min(1);
+  schema.add_double("lr", 3e-3, "Peak learning rate (cosine decay, 3 warmup steps).").min(0);
+  schema.add_int("seed", 1, "Seed of the model and the data.").min(0);
+  return schema;
+}
+
+// Short texts with structure a small model learns in a few steps: counting runs and
+// repeated words, as {"text": ...} lines.
+std::string write_dataset(const std::string& path, int lines, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  const std::vector<std::string> words = {"ooze", "actor", "shard", "token", "reward", "policy"};
+  std::ofstream out(path);
+  for (int i = 0; i < lines; ++i) {
+    std::string text;
+    if (i % 2 == 0) {
+      int start = static_cast<int>(random() % 50);
+      for (int k = 0; k < 12; ++k) text += std::to_string(start + k) + " ";
+    } else {
+      const std::string& word = words[random() % words.size()];
+      for (int k = 0; k < 6; ++k) text += word + " ";
+    }
+    out << nlohmann::json{{"text", text}}.dump() << "\n";
+  }
+  return path;
+}
+
+std::vector<std::vector<int64_t>> read_dataset(const std::string& path,
+                                               const models::Tokenizer& tokenizer) {
+  std::vector<std::vector<int64_t>> sequences;
+  std::ifstream in(path);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    if (record.is_discarded() || !record.contains("text") || !record["text"].is_string()) {
+      throw FormatError(path + ":" + std::to_string(number) + ": expected {\"text\": \"...\"}");
+    }
+    sequences.push_back(tokenizer.encode(record["text"].get<std::string>()));
+  }
+  return sequences;
+}
+
+}  // namespace
+
+int run_sft_demo(const std::vector<std::string>& args) {
+  const Config flags = load_config(sft_schema(), "", args);
+  const std::string out = std::filesystem::absolute(flags.get<std::string>("out")).string();
+  const int world = static_cast<int>(flags.get<int64_t>("world_size"));
+  const int steps = static_cast<int>(flags.get<int64_t>("steps"));
+  const int batch_size = static_cast<int>(flags.get<int64_t>("batch_size"));
+  std::filesystem::create_directories(out);
+
+  models::ModelInitOptions model;
+  model.arch = "qwen3";
+  model.hidden_size = flags.get<int64_t>("hidden_size");
+  model.num_layers = flags.get<int64_t>("layers");
+  model.num_heads = 4;
+  model.num_kv_heads = 2;
+  model.tokenizer = "byte";
+  model.out_dir = out + "/model";
+  model.seed = static_cast<uint64_t>(flags.get<int64_t>("seed"));
+  models::init_hf_model(model);
+  std::string data = write_dataset(out + "/data.jsonl", steps * batch_size,
+                                   static_cast<uint64_t>(flags.get<int64_t>("seed")));
+  auto sequences = read_dataset(data, models::load_tokenizer(model.out_dir));
+  std::printf("model %s (qwen3, hidden %ld, %ld layers), data %s (%zu sequences)\n",
+              model.out_dir.c_str(), static_cast<long>(model.hidden_size),
+              static_cast<long>(model.num_layers), data.c_str(), sequences.size());
+
+  actors::init();
+  auto placement = actors::PlacementGroup::create(
+      std::vector<actors::ResourceSet>(world, {{"CPU", 1}}), "PACK", "trainers");
+  placement.ready();
+  actors::ActorGroupOptions options;
+  options.actor.resources = {{"CPU", 1}};
+  options.placement_group = &placement;
+  options.group_name = "sft-" + actors::random_id(4);
+  auto trainers = actors::ActorGroup<TrainActor>::spawn(world, options);
+  TrainInit init;
+  init.model_dir = model.out_dir;
+  init.group_name = options.group_name;
+  init.lr = flags.get<double>("lr");
+  init.min_lr = init.lr / 10;
+  init.warmup_iters = 3;
+  init.lr_decay_style = "cosine";
+  init.total_iters = steps;
+  init.clip_grad = 1.0;
+  int64_t parameters = actors::get_all(trainers.call_all(&TrainActor::init, init)).front();
+  std::printf("%d FSDP ranks (TrainActors) hold %.2fM parameters sharded\n", world,
+              parameters / 1e6);
+
+  double first_loss = 0.0, last_loss = 0.0, total_tokens = 0.0, total_seconds = 0.0;
+  for (int step = 0; step < steps; ++step) {
+    // Rank r takes every W-th sequence of the global batch.
+    std::vector<TrainBatch> batches(world);
+    int64_t global_tokens = 0;
+    for (int i = 0; i < batch_size; ++i) {
+      const auto& sequence = sequences[static_cast<size_t>(step * batch_size + i)];
+      batches[i % world].sequences.push_back(sequence);
+      global_tokens += static_cast<int64_t>(sequence.size()) - 1;
+    }
+    for (TrainBatch& batch : batches) batch.global_tokens = global_tokens;
+    auto start = std::chrono::steady_clock::now();
+    auto results = actors::get_all(trainers.call_each(
+        &TrainActor::train_step, [&](int rank) { return std::make_tuple(batches[rank]); }));
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double loss_sum = 0.0;
+    int64_t tokens = 0;
+    for (const TrainStepResult& result : results) {
+      loss_sum += result.loss_sum;
+      tokens += result.tokens;
+    }
+    double loss = loss_sum / static_cast<double>(tokens);
+    if (step == 0) first_loss = loss;
+    last_loss = loss;
+    total_tokens += static_cast<double>(tokens);
+    total_seconds += seconds;
+    std::printf("step %3d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tokens/s\n", step + 1, loss,
+                results.front().grad_norm, results.front().lr, tokens / seconds);
+    std::fflush(stdout);
+  }
+  std::string trained = out + "/trained";
+  actors::get_all(trainers.call_all(&TrainActor::save_hf, trained));
+  std::printf("loss %.4f -> %.4f over %d steps, %.0f tokens/s overall; trained model: %s\n",
+              first_loss, last_loss, steps, total_tokens / total_seconds, trained.c_str());
+  actors::shutdown();
+  return last_loss < first_loss ? 0 : 1;
+}
+
+}  // namespace ooze::launcher

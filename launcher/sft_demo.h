@@ -1,0 +1,15 @@
+// `ooze sft-demo` (what `make demo` runs until the RL loop replaces it): supervised
+// fine-tuning of a tiny generated model on a generated dataset, with W FSDP ranks hosted by
+// TrainActors through the actor runtime. Writes the model (HF layout), the dataset (JSONL) and
+// the trained model under --out; prints the loss of every step (it falls), tokens/s, and where
+// the trained model went.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ooze::launcher {
+
+int run_sft_demo(const std::vector<std::string>& args);
+
+}  // namespace ooze::launcher

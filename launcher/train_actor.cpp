@@ -1,0 +1,194 @@
+#include "launcher/train_actor.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "actors/actor_class.h"
+#include "actors/runtime.h"
+#include "comm/gloo_communicator.h"
+#include "comm/tcp_store.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/tensor_serialization.h"
+#include "fsdp/fsdp_transformer.h"
+// #include "fsdp/hf_export.h"
+#include "fsdp/lr_schedule.h"
+#include "fsdp/optimizer_step.h"
+#include "fsdp/sharded_adamw.h"
+#include "fsdp/sharded_loading.h"
+#include "models/log_probs.h"
+#include "models/model_config.h"
+
+namespace ooze::launcher {
+namespace {
+
+int env_int(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) {
+    throw Error(std::string("TrainActor needs ") + name + ": spawn it in an ActorGroup");
+  }
+  return std::atoi(value);
+}
+
+// Sequences packed back to back, with next-token targets (a sequence's last token predicts
+// nothing: mask 0).
+struct Packed {
+  torch::Tensor input_ids, position_ids, cu_seqlens, targets, mask;
+  int64_t predicted = 0;
+};
+
+Packed pack(const std::vector<std::vector<int64_t>>& sequences) {
+  std::vector<int64_t> ids, positions, targets;
+  std::vector<float> mask;
+  std::vector<int32_t> cu{0};
+  for (const auto& sequence : sequences) {
+    for (size_t t = 0; t < sequence.size(); ++t) {
+      ids.push_back(sequence[t]);
+      positions.push_back(static_cast<int64_t>(t));
+      bool predicts = t + 1 < sequence.size();
+      targets.push_back(predicts ? sequence[t + 1] : 0);
+      mask.push_back(predicts ? 1.0f : 0.0f);
+    }
+    cu.push_back(static_cast<int32_t>(ids.size()));
+  }
+  Packed packed{torch::tensor(ids, torch::kLong),   torch::tensor(positions, torch::kLong),
+                torch::tensor(cu, torch::kInt),     torch::tensor(targets, torch::kLong),
+                torch::tensor(mask, torch::kFloat), 0};
+  packed.predicted = static_cast<int64_t>(packed.mask.sum().item<double>());
+  return packed;
+}
+
+}  // namespace
+
+struct TrainActor::State {
+  int rank = 0;
+  int world_size = 1;
+  std::string model_dir;
+  std::unique_ptr<comm::TcpStoreServer> store_server;  // rank 0
+  std::shared_ptr<comm::Communicator> comm;
+  std::unique_ptr<fsdp::FsdpTransformer> model;
+  std::unique_ptr<fsdp::ShardedAdamW> optimizer;
+  std::unique_ptr<fsdp::LrSchedule> schedule;
+  TrainInit options;
+  int64_t completed_steps = 0;
+};
+
+TrainActor::TrainActor() = default;
+TrainActor::~TrainActor() = default;
+
+int64_t TrainActor::init(const TrainInit& init) {
+  at::set_num_threads(1);
+  auto state = std::make_unique<State>();
+  state->rank = env_int("RANK");
+  state->world_size = env_int("WORLD_SIZE");
+  state->options = init;
+  state->model_dir = init.model_dir;
+  set_log_prefix("[train rank " + std::to_string(state->rank) + "] ");
+  // Rendezvous: rank 0 hosts the store, the head's key-value store tells the others where.
+  const std::string key = init.group_name + "/store";
+  std::string address;
+  if (state->rank == 0) {
+    state->store_server = std::make_unique<comm::TcpStoreServer>("127.0.0.1", 0);
+    address = "127.0.0.1:" + std::to_string(state->store_server->port());
+    actors::kv_put(key, address);
+  } else {
+    address = actors::kv_get(key, std::chrono::seconds(60));
+  }
+  auto [host, port] = comm::parse_host_port(address);
+  auto store =
+      std::make_shared<comm::TcpStore>(host, port, state->rank, false, std::chrono::seconds(60));
+  state->comm = comm::make_gloo_communicator(store, state->rank, state->world_size, init.group_name,
+                                             std::chrono::seconds(120));
+
+  models::ModelConfig config = models::load_model_config(init.model_dir);
+  state->model =
+      std::make_unique<fsdp::FsdpTransformer>(models::TransformerModel(config), state->comm);
+  fsdp::load_sharded_safetensors(state->model->sharded(), init.model_dir);
+  fsdp::ShardedAdamWOptions adam;
+  adam.weight_decay = init.weight_decay;
+  state->optimizer = std::make_unique<fsdp::ShardedAdamW>(state->model->sharded(), adam);
+  fsdp::LrScheduleOptions lr;
+  lr.lr = init.lr;
+  lr.min_lr = init.min_lr;
+  lr.warmup_iters = init.warmup_iters;
+  lr.decay_style = fsdp::parse_lr_decay_style(init.lr_decay_style);
+  state->schedule = std::make_unique<fsdp::LrSchedule>(lr, init.total_iters);
+  int64_t parameters = 0;
+  for (const auto& parameter : state->model->model()->parameters()) parameters += parameter.numel();
+  state_ = std::move(state);
+  return parameters;
+}
+
+TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
+  if (!state_) throw Error("TrainActor::train_step before init");
+  if (batch.global_tokens <= 0) throw Error("train_step: global_tokens must be positive");
+  auto start = std::chrono::steady_clock::now();
+  Packed packed = pack(batch.sequences);
+  TrainStepResult result;
+  fsdp::FsdpTransformer& model = *state_->model;
+  torch::Tensor hidden = model.forward(packed.input_ids, packed.position_ids, packed.cu_seqlens);
+  models::TokenLogProbs out =
+      models::compute_token_log_probs(hidden, model.lm_head_weight(), packed.targets);
+  torch::Tensor nll = -(out.log_probs.to(torch::kFloat) * packed.mask);
+  // Gradients are averaged over ranks: scale by W so the update is that of the mean over every
+  // rank's tokens.
+  model.backward(nll.sum() * (static_cast<double>(state_->world_size) / batch.global_tokens));
+  result.lr = state_->schedule->lr_at(state_->completed_steps);
+  fsdp::StepResult step = fsdp::clip_and_step(model.sharded(), *state_->optimizer, result.lr,
+                                              state_->options.clip_grad);
+  state_->completed_steps += 1;
+  result.loss_sum = nll.detach().to(torch::kDouble).sum().item<double>();
+  result.tokens = packed.predicted;
+  result.grad_norm = step.grad_norm;
+  result.skipped = step.skipped;
+  result.compute_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+std::vector<std::vector<float>> TrainActor::compute_log_probs(const TrainBatch& batch) {
+  if (!state_) throw Error("TrainActor::compute_log_probs before init");
+  torch::NoGradGuard no_grad;
+  Packed packed = pack(batch.sequences);
+  fsdp::FsdpTransformer& model = *state_->model;
+  torch::Tensor hidden = model.forward(packed.input_ids, packed.position_ids, packed.cu_seqlens);
+  torch::Tensor log_probs =
+      models::compute_token_log_probs(hidden, model.lm_head_weight(), packed.targets)
+          .log_probs.to(torch::kFloat);
+  model.reshard();
+  std::vector<std::vector<float>> per_sequence;
+  int64_t offset = 0;
+  for (const auto& sequence : batch.sequences) {
+    int64_t predicted = static_cast<int64_t>(sequence.size()) - 1;
+    std::vector<float> values;
+    for (int64_t t = 0; t < predicted; ++t) values.push_back(log_probs[offset + t].item<float>());
+    per_sequence.push_back(std::move(values));
+    offset += static_cast<int64_t>(sequence.size());
+  }
+  return per_sequence;
+}
+
+std::string TrainActor::save_hf(const std::string& dir) {
+  if (!state_) throw Error("TrainActor::save_hf before init");
+  // fsdp::export_hf_model(*state_->model, dir, state_->model_dir);
+  return dir;
+}
+
+int64_t TrainActor::state_bytes() const {
+  if (!state_) return 0;
+  return static_cast<int64_t>(state_->model->sharded().allocated_bytes() +
+                              state_->optimizer->state_bytes());
+}
+
+namespace {
+const auto train_actor_class = actors::ActorClass<TrainActor>("TrainActor")
+                                   .method("init", &TrainActor::init)
+                                   .method("train_step", &TrainActor::train_step)
+                                   .method("compute_log_probs", &TrainActor::compute_log_probs)
+                                   .method("save_hf", &TrainActor::save_hf)
+                                   .method("state_bytes", &TrainActor::state_bytes);
+}  // namespace
+
+}  // namespace ooze::launcher

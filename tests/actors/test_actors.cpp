@@ -1,0 +1,92 @@
+#include "tests/actors/test_actors.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <thread>
+
+#include "actors/runtime.h"
+#include "core/tensor_serialization.h"
+
+namespace ooze::actors::testing {
+
+std::string worker_program() { return OOZE_ACTORS_TEST_WORKER; }
+
+int Counter::pid() const { return static_cast<int>(getpid()); }
+
+std::string Counter::env(const std::string& name) const {
+  const char* value = std::getenv(name.c_str());
+  return value == nullptr ? "<unset>" : value;
+}
+
+int Counter::fail(const std::string& message) { throw std::invalid_argument(message); }
+
+int Counter::exit_now(int code) {
+  std::fflush(stdout);
+  _exit(code);
+}
+
+int Counter::sleep_ms(int milliseconds) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(milliseconds));
+  return milliseconds;
+}
+
+int Counter::print(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s!\n", line.c_str());
+  return 0;
+}
+
+at::Tensor Counter::twice(const at::Tensor& tensor) { return tensor * 2; }
+
+double Counter::sum(const at::Tensor& tensor) { return tensor.sum().item<double>(); }
+
+int Counter::spawn_child() {
+  auto child = spawn<Counter>({}, 0);
+  return child.call(&Counter::pid).get();
+}
+
+BrokenConstructor::BrokenConstructor(const std::string& message) {
+  throw std::runtime_error(message);
+}
+
+int Gate::block() {
+  while (!open_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return 1;
+}
+
+int Gate::release() {
+  open_ = true;
+  return 2;
+}
+
+namespace {
+
+const auto counter_class = ActorClass<Counter>("Counter")
+                               .constructor<int>()
+                               .method("add", &Counter::add)
+                               .method("get", &Counter::get)
+                               .method("pid", &Counter::pid)
+                               .method("env", &Counter::env)
+                               .method("fail", &Counter::fail)
+                               .method("exit_now", &Counter::exit_now)
+                               .method("sleep_ms", &Counter::sleep_ms)
+                               .method("print", &Counter::print)
+                               .method("twice", &Counter::twice)
+                               .method("sum", &Counter::sum)
+                               .method("spawn_child", &Counter::spawn_child);
+
+const auto broken_class = ActorClass<BrokenConstructor>("BrokenConstructor")
+                              .constructor<std::string>()
+                              .method("get", &BrokenConstructor::get);
+
+const auto gate_class =
+    ActorClass<Gate>("Gate").method("block", &Gate::block).method("release", &Gate::release);
+
+}  // namespace
+}  // namespace ooze::actors::testing

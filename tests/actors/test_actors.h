@@ -1,0 +1,56 @@
+// Actor classes for the runtime's tests (registered in test_actors.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace ooze::actors::testing {
+
+// Where the test programs are: the worker program every test driver starts.
+std::string worker_program();
+
+class Counter {
+ public:
+  explicit Counter(int start) : value_(start) {}
+  int add(int delta) { return value_ += delta; }
+  int get() const { return value_; }
+  int pid() const;
+  std::string env(const std::string& name) const;
+  // Throws std::invalid_argument(message).
+  int fail(const std::string& message);
+  // Ends the process with `code` at once.
+  int exit_now(int code);
+  int sleep_ms(int milliseconds);
+  // Writes `line` to stdout and `line` + "!" to stderr.
+  int print(const std::string& line);
+  // Doubles the tensor (sent and returned out of band when large).
+  at::Tensor twice(const at::Tensor& tensor);
+  double sum(const at::Tensor& tensor);
+  // Spawns a Counter of its own and returns that actor's pid.
+  int spawn_child();
+
+ private:
+  int value_;
+};
+
+class BrokenConstructor {
+ public:
+  explicit BrokenConstructor(const std::string& message);
+  int get() const { return 0; }
+};
+
+// Two calls at once: block() waits until release() is called (max_concurrency 2).
+class Gate {
+ public:
+  Gate() = default;
+  int block();
+  int release();
+
+ private:
+  std::atomic<bool> open_{false};
+};
+
+}  // namespace ooze::actors::testing
