@@ -144,7 +144,6 @@ class Client::Loop {
   }
 
   void apply(ActorConnection& actor, const ActorInfo& info) {
-    ActorState before = actor.info.state;
     actor.info = info;
     {
       std::lock_guard<std::mutex> lock(completion_->mutex);
@@ -176,7 +175,6 @@ class Client::Loop {
         actor.waiting.clear();
       }
     }
-    (void)before;
   }
 
   void fail_all(ActorConnection& actor, const std::string& type, const std::string& message) {

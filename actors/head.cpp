@@ -149,7 +149,7 @@ class Head::Loop {
       } else if (method == method::kGetActor) {
         get_actor(from, id, decode<std::string>(message));
       } else if (method == method::kKillActor) {
-        kill_actor(from, id, decode<WorkerEvent>(message));
+        kill_actor(from, id, decode<KillRequest>(message));
       } else if (method == method::kActorSpec) {
         actor_spec(from, id, decode<std::string>(message));
       } else if (method == method::kWorkerStarted) {
@@ -454,15 +454,14 @@ class Head::Loop {
     reply_error(from, id, "NotFound", "no live actor named \"" + name + "\"");
   }
 
-  void kill_actor(const std::string& from, uint64_t id, const WorkerEvent& request) {
+  void kill_actor(const std::string& from, uint64_t id, const KillRequest& request) {
     auto actor = actors_.find(request.actor_id);
     if (actor == actors_.end()) {
       reply_error(from, id, "NotFound", "no actor " + request.actor_id);
       return;
     }
     ActorRecord& record = actor->second;
-    bool allow_restart = request.reason == "restart";
-    if (!allow_restart) record.killed = true;
+    if (!request.allow_restart) record.killed = true;
     if (record.info.state == ActorState::kPending) {
       mark_dead(record, "killed by ooze::actors::kill() before it started");
     } else if (record.info.state != ActorState::kDead) {

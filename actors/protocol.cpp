@@ -28,8 +28,6 @@ const char* placement_group_state_name(PlacementGroupState state) {
       return "CREATED";
     case PlacementGroupState::kRemoved:
       return "REMOVED";
-    case PlacementGroupState::kInfeasible:
-      return "INFEASIBLE";
   }
   return "UNKNOWN";
 }

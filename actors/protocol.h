@@ -8,7 +8,7 @@
 //                   remove_placement_group, kv_put, kv_get, status
 //   head -> node    start_worker, kill_worker          (requests the node answers)
 //   head -> client  event "actor" (ActorInfo: state changes), event "log" (LogLines)
-//   client -> worker  call (method "Class.method"), answered by a reply
+//   client -> worker  a request whose method is "Class.method", answered by a reply
 #pragma once
 
 #include <cereal/types/map.hpp>
@@ -47,7 +47,6 @@ constexpr const char* kStatus = "status";
 constexpr const char* kStartWorker = "start_worker";
 constexpr const char* kKillWorker = "kill_worker";
 constexpr const char* kShutdown = "shutdown";
-constexpr const char* kCall = "call";
 }  // namespace method
 
 namespace topic {
@@ -150,6 +149,15 @@ struct StartWorker {
   }
 };
 
+struct KillRequest {
+  std::string actor_id;
+  bool allow_restart = false;
+  template <class A>
+  void serialize(A& ar) {
+    ar(actor_id, allow_restart);
+  }
+};
+
 struct WorkerEvent {  // worker_started, worker_exited, actor_ready, actor_failed, kill_worker
   std::string actor_id;
   int32_t pid = 0;
@@ -184,7 +192,7 @@ struct PlacementGroupSpec {
   }
 };
 
-enum class PlacementGroupState : uint8_t { kPending = 0, kCreated, kRemoved, kInfeasible };
+enum class PlacementGroupState : uint8_t { kPending = 0, kCreated, kRemoved };
 const char* placement_group_state_name(PlacementGroupState state);
 
 struct BundleInfo {

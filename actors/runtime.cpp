@@ -135,6 +135,8 @@ void shutdown() {
   }
   state->node.reset();  // kills every worker it still has and waits for them
   remove_shared_segments_of(getpid());
+  std::error_code ignored;  // the logs stay (as Ray's sessions do); the sockets are dead
+  if (state->is_driver) std::filesystem::remove_all(state->session_dir + "/sockets", ignored);
   state->client.reset();
   state->head.reset();
 }
@@ -250,8 +252,7 @@ std::vector<ActorOptions> group_member_options(const std::string& class_name, in
 }  // namespace detail
 
 void kill_actor(const std::string& actor_id, bool allow_restart) {
-  WorkerEvent request{actor_id, 0, "", allow_restart ? "restart" : "kill"};
-  detail::client().request_head(method::kKillActor, to_wire(request));
+  detail::client().request_head(method::kKillActor, to_wire(KillRequest{actor_id, allow_restart}));
 }
 
 void kv_put(const std::string& key, const std::string& value) {

@@ -81,8 +81,9 @@ std::shared_ptr<void> map_shared_segment(const zmq::message_t& descriptor, uint6
     throw WireFormatError("shared memory segment " + name + " does not hold " +
                           std::to_string(nbytes) + " bytes");
   }
-  // Private, writable: the tensor may be modified in place without touching the sender's copy.
-  void* address = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  // Private and writable, so the tensor may be modified in place (copy-on-write, page by page).
+  // Not MAP_POPULATE: on a private writable mapping that would copy every page up front.
+  void* address = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   close(fd);
   if (address == MAP_FAILED) throw WireFormatError("cannot map shared memory segment " + name);
   auto mapping = std::make_shared<Mapping>();

@@ -15,8 +15,9 @@
 
 namespace ooze::actors {
 
-// Tensor bytes at least this large go through shared memory when it is enabled.
-constexpr uint64_t kSharedMemoryMinBytes = 1 << 20;
+// Tensor bytes at least this large go through shared memory when it is enabled. Below it a
+// fresh segment (pages the kernel must zero) costs more than the socket copy it saves.
+constexpr uint64_t kSharedMemoryMinBytes = 16 << 20;
 
 // On for processes whose peers are all on this machine (the embedded runtime, ipc workers).
 void enable_shared_memory(bool enabled);

@@ -202,7 +202,6 @@ int serve_actor_from_environment() {
   auto client = std::make_unique<Client>(head, security, /*is_driver=*/false, actor_id);
   Client& head_client = *client;
   ActorSpec spec = head_client.ask_head<ActorSpec>(method::kActorSpec, actor_id);
-  set_log_prefix("(" + spec.label + " pid=" + std::to_string(getpid()) + ") ");
   detail::adopt_worker_client(std::move(client), head, session_dir);
 
   std::shared_ptr<void> instance;

@@ -21,7 +21,8 @@ std::array<uint32_t, 256> make_table() {
   std::array<uint32_t, 256> table{};
   for (uint32_t byte = 0; byte < 256; ++byte) {
     uint32_t value = byte;
-    for (int bit = 0; bit < 8; ++bit) value = (value & 1u) ? (value >> 1) ^ kPolynomial : value >> 1;
+    for (int bit = 0; bit < 8; ++bit)
+      value = (value & 1u) ? (value >> 1) ^ kPolynomial : value >> 1;
     table[byte] = value;
   }
   return table;

@@ -13,7 +13,7 @@
 #include "core/logging.h"
 #include "core/tensor_serialization.h"
 #include "fsdp/fsdp_transformer.h"
-// #include "fsdp/hf_export.h"
+#include "fsdp/hf_export.h"
 #include "fsdp/lr_schedule.h"
 #include "fsdp/optimizer_step.h"
 #include "fsdp/sharded_adamw.h"
@@ -85,7 +85,6 @@ int64_t TrainActor::init(const TrainInit& init) {
   state->world_size = env_int("WORLD_SIZE");
   state->options = init;
   state->model_dir = init.model_dir;
-  set_log_prefix("[train rank " + std::to_string(state->rank) + "] ");
   // Rendezvous: rank 0 hosts the store, the head's key-value store tells the others where.
   const std::string key = init.group_name + "/store";
   std::string address;
@@ -172,7 +171,7 @@ std::vector<std::vector<float>> TrainActor::compute_log_probs(const TrainBatch& 
 
 std::string TrainActor::save_hf(const std::string& dir) {
   if (!state_) throw Error("TrainActor::save_hf before init");
-  // fsdp::export_hf_model(*state_->model, dir, state_->model_dir);
+  fsdp::export_hf_model(dir, *state_->model, state_->model_dir);
   return dir;
 }
 

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
+#include "models/hf_directory.h"
 
 namespace ooze::models {
 namespace fs = std::filesystem;
@@ -65,63 +66,6 @@ std::string check_compatible(const ShardedSafetensors& checkpoint, const std::st
   return "";
 }
 
-void fsync_path(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0)
-    throw IoError("cannot open '" + path.string() + "' to sync it: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int saved = errno;
-  ::close(fd);
-  if (rc != 0) throw IoError("fsync of '" + path.string() + "' failed: " + std::strerror(saved));
-}
-
-void write_json_file(const fs::path& path, const nlohmann::json& json) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << json.dump(2) << "\n";
-  out.flush();
-  if (!out) throw IoError("cannot write '" + path.string() + "': " + std::strerror(errno));
-}
-
-nlohmann::json generation_config_json(const ModelConfig& config) {
-  nlohmann::json json = nlohmann::json::object();
-  if (config.bos_token_id) json["bos_token_id"] = *config.bos_token_id;
-  if (config.eos_token_ids.size() == 1) {
-    json["eos_token_id"] = config.eos_token_ids[0];
-  } else if (!config.eos_token_ids.empty()) {
-    json["eos_token_id"] = config.eos_token_ids;
-  }
-  return json;
-}
-
-// Files transformers' tokenizers read, copied when present.
-const char* const kTokenizerFiles[] = {
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-};
-
-// An existing `target` may be replaced only if it is a model directory (or empty), so that a
-// mistyped output path never deletes someone's files.
-void check_replaceable(const fs::path& target) {
-  std::error_code ec;
-  if (!fs::exists(fs::symlink_status(target, ec))) return;
-  if (!fs::is_directory(fs::symlink_status(target, ec))) {
-    throw IoError("cannot save the model to '" + target.string() +
-                  "': it exists and is not a directory; choose another output path");
-  }
-  if (!fs::exists(target / "config.json") && !fs::is_empty(target, ec)) {
-    throw IoError("cannot save the model to '" + target.string() +
-                  "': it is a non-empty directory without config.json, so not a model directory "
-                  "this save may replace; choose another output path or remove it");
-  }
-}
-
 void write_model_files(const fs::path& out, const ModelConfig& config, torch::nn::Module& model,
                        const std::string& tokenizer_dir, uint64_t max_shard_bytes) {
   const at::ScalarType dtype = config.parameter_dtype();
@@ -132,23 +76,7 @@ void write_model_files(const fs::path& out, const ModelConfig& config, torch::nn
   save_sharded_safetensors(out.string(), tensors, max_shard_bytes);  // fsyncs each file
   tensors.clear();
 
-  save_model_config(config, out.string());
-  fsync_path(out / "config.json");
-  write_json_file(out / "generation_config.json", generation_config_json(config));
-  fsync_path(out / "generation_config.json");
-  if (!tokenizer_dir.empty()) {
-    for (const char* file : kTokenizerFiles) {
-      const fs::path source = fs::path(tokenizer_dir) / file;
-      if (!fs::exists(source)) continue;
-      std::error_code ec;
-      fs::copy_file(source, out / file, fs::copy_options::overwrite_existing, ec);
-      if (ec) {
-        throw IoError("cannot copy tokenizer file '" + source.string() + "' into '" + out.string() +
-                      "': " + ec.message());
-      }
-      fsync_path(out / file);
-    }
-  }
+  write_model_side_files(out, config, tokenizer_dir);
   fsync_path(out);
 }
 
@@ -243,7 +171,7 @@ void save_hf_model(const std::string& dir, const ModelConfig& config, torch::nn:
                 "' has no tokenizer.json; pass the directory of a Hugging Face tokenizer, or "
                 "none to save the weights without one");
   }
-  check_replaceable(target);
+  check_replaceable_model_dir(target, "save_hf_model");
 
   const std::string pid = std::to_string(::getpid());
   const fs::path staging = target.string() + ".tmp." + pid;
@@ -255,19 +183,7 @@ void save_hf_model(const std::string& dir, const ModelConfig& config, torch::nn:
   }
   try {
     write_model_files(staging, config, model, tokenizer_dir, max_shard_bytes);
-    const fs::path previous = target.string() + ".old." + pid;
-    const bool replacing = fs::exists(target);
-    if (replacing) {
-      fs::rename(target, previous);  // the old model survives under .old until the new is in
-    }
-    try {
-      fs::rename(staging, target);
-    } catch (...) {
-      if (replacing) fs::rename(previous, target, ec);
-      throw;
-    }
-    if (replacing) fs::remove_all(previous, ec);
-    fsync_path(target.has_parent_path() ? target.parent_path() : fs::path("."));
+    move_into_place(staging, target);
   } catch (const fs::filesystem_error& e) {
     fs::remove_all(staging, ec);
     throw IoError("saving the model to '" + target.string() + "' failed: " + e.what());

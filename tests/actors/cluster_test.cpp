@@ -23,20 +23,13 @@ namespace ooze::actors {
 namespace {
 
 using testing::Counter;
+using testing::process_gone;
 using Clock = std::chrono::steady_clock;
 using Process = ::ooze::testing::Process;
 
 constexpr int kTimeoutMs = 1500;  // node and driver liveness timeouts of the test head
 
 std::string ooze_program() { return ::ooze::testing::build_path("launcher/ooze"); }
-
-bool process_gone(int pid) {
-  if (::kill(pid, 0) != 0) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  auto close = text.rfind(')');
-  return close != std::string::npos && text.size() > close + 2 && text[close + 2] == 'Z';
-}
 
 bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;

@@ -23,6 +23,7 @@ namespace {
 using testing::BrokenConstructor;
 using testing::Counter;
 using testing::Gate;
+using testing::process_gone;
 using Clock = std::chrono::steady_clock;
 
 class RuntimeTest : public ::testing::Test {
@@ -35,14 +36,6 @@ class RuntimeTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { shutdown(); }
 };
-
-bool process_gone(int pid) {
-  if (::kill(pid, 0) != 0) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  auto close = text.rfind(')');
-  return close != std::string::npos && text.size() > close + 2 && text[close + 2] == 'Z';
-}
 
 TEST_F(RuntimeTest, CallsReturnResultsInSubmissionOrder) {
   auto counter = spawn<Counter>({}, 10);
@@ -248,7 +241,8 @@ TEST_F(RuntimeTest, OutputIsSavedUnderTheSessionDirectory) {
 
 TEST_F(RuntimeTest, TensorsTravelBothWaysIntact) {
   auto counter = spawn<Counter>({}, 0);
-  for (int64_t numel : {int64_t{3}, int64_t{1} << 20}) {  // inline and out of band
+  // Inline, out of band as a message part, and through shared memory (32 MiB).
+  for (int64_t numel : {int64_t{3}, int64_t{1} << 16, int64_t{1} << 23}) {
     at::Tensor input = at::arange(numel, at::kFloat).reshape({-1, 1}) / 7;
     at::Tensor output = counter.call(&Counter::twice, input).get();
     ASSERT_EQ(output.sizes(), input.sizes());

@@ -1,11 +1,14 @@
 #include "tests/actors/test_actors.h"
 
 #include <ATen/ATen.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <thread>
 
@@ -15,6 +18,14 @@
 namespace ooze::actors::testing {
 
 std::string worker_program() { return OOZE_ACTORS_TEST_WORKER; }
+
+bool process_gone(int pid) {
+  if (::kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');  // the state follows the command name
+  return close != std::string::npos && text.size() > close + 2 && text[close + 2] == 'Z';
+}
 
 int Counter::pid() const { return static_cast<int>(getpid()); }
 

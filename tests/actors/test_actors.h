@@ -11,6 +11,8 @@ namespace ooze::actors::testing {
 
 // Where the test programs are: the worker program every test driver starts.
 std::string worker_program();
+// Whether process `pid` has exited (gone, or a zombie nobody reaped yet).
+bool process_gone(int pid);
 
 class Counter {
  public:

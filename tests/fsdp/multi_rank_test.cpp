@@ -18,6 +18,7 @@
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/sharded_adamw.h"
 #include "tests/fsdp/training_fixture.h"
+#include "tests/fsdp/worker_launcher.h"
 #include "tests/support/process.h"
 
 namespace {
@@ -52,28 +53,7 @@ struct Outcome {
 // Starts W workers over `configs`, waits for all, returns each config's outcome by name.
 std::map<std::string, Outcome> run_workers(int world, const std::vector<std::string>& configs,
                                            const std::string& dir) {
-  const std::string port = std::to_string(ooze::testing::pick_free_port());
-  std::vector<ooze::testing::Process> procs;
-  for (int r = 0; r < world; ++r) {
-    std::vector<std::string> argv = {ooze::testing::build_path("tests/fsdp/fsdp_worker"),
-                                     std::to_string(r),
-                                     std::to_string(world),
-                                     port,
-                                     "60000",
-                                     dir};
-    argv.insert(argv.end(), configs.begin(), configs.end());
-    procs.emplace_back(argv, std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}},
-                       dir + "/rank" + std::to_string(r) + ".log");
-  }
-  const auto start = std::chrono::steady_clock::now();
-  for (int r = 0; r < world; ++r) {
-    const auto left = milliseconds(240000) - std::chrono::duration_cast<milliseconds>(
-                                                 std::chrono::steady_clock::now() - start);
-    const ooze::testing::ExitStatus status = procs[r].wait(std::max(left, milliseconds(1)));
-    EXPECT_TRUE(status.exited && status.code == 0)
-        << "rank " << r << ": " << status.describe() << "\n"
-        << procs[r].output();
-  }
+  launch_workers_expecting_success(world, configs, dir, milliseconds(240000));
   std::map<std::string, Outcome> outcomes;
   for (const std::string& config : configs) {
     const std::string name = config.substr(5, config.find(',') - 5);  // "name=X,..."

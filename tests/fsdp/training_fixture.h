@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -117,6 +118,12 @@ struct TrainSettings {
   double weight_decay = 0.01;
   double clip_grad = 0.0;  // <= 0: no clipping
   int micro_batches = 1;   // per rank
+  // train_fsdp only: the first step trains on global batch `first_step` and takes the learning
+  // rate of that position (a run resumed from a checkpoint continues where it stopped).
+  int first_step = 0;
+  // train_fsdp only: when set, the learning rate of the step taken after `completed` earlier
+  // steps (fsdp::LrSchedule::lr_at); otherwise `lr`.
+  std::function<double(int64_t completed)> lr_at;
 };
 
 struct TrainRecord {
@@ -175,7 +182,7 @@ inline TrainRecord train_fsdp(fsdp::FsdpTransformer& model, fsdp::ShardedAdamW& 
   const int per_rank = kGlobalSequences / world;
   const int per_micro = per_rank / settings.micro_batches;
   TrainRecord record;
-  for (int step = 0; step < settings.steps; ++step) {
+  for (int step = settings.first_step; step < settings.first_step + settings.steps; ++step) {
     const auto sequences = global_sequences(step, model.model()->config().vocab_size);
     double loss_sum = 0.0, loss_count = 0.0;
     for (int k = 0; k < settings.micro_batches; ++k) {
@@ -189,8 +196,8 @@ inline TrainRecord train_fsdp(fsdp::FsdpTransformer& model, fsdp::ShardedAdamW& 
     }
     torch::Tensor totals = torch::tensor({loss_sum, loss_count}, torch::kDouble);
     if (world > 1) sharded.communicator()->all_reduce(totals, comm::ReduceOp::SUM);
-    const fsdp::StepResult result =
-        fsdp::clip_and_step(sharded, optimizer, settings.lr, settings.clip_grad);
+    const double lr = settings.lr_at ? settings.lr_at(step) : settings.lr;
+    const fsdp::StepResult result = fsdp::clip_and_step(sharded, optimizer, lr, settings.clip_grad);
     record.losses.push_back(totals[0].item<double>() / totals[1].item<double>());
     record.grad_norms.push_back(result.grad_norm);
   }

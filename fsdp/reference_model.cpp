@@ -1,0 +1,75 @@
+#include "fsdp/reference_model.h"
+
+#include <utility>
+
+#include "core/error.h"
+#include "fsdp/sharded_loading.h"
+#include "fsdp/storage.h"
+#include "models/log_probs.h"
+#include "models/model_config.h"
+
+namespace ooze::fsdp {
+
+ReferenceModel::ReferenceModel(models::TransformerModel model,
+                               std::shared_ptr<comm::Communicator> comm,
+                               FsdpTransformerOptions options) {
+  for (torch::Tensor& parameter : model->parameters()) parameter.requires_grad_(false);
+  options.activation_checkpointing = false;  // there is no backward to recompute for
+  model_ = std::make_unique<FsdpTransformer>(std::move(model), std::move(comm), options);
+  // No backward ever runs: the gradient shards would only hold zeros.
+  FullyShardedModule& sharded = model_->sharded();
+  for (size_t u = 0; u < sharded.num_units(); ++u) release_storage(sharded.unit(u).grad_shard());
+}
+
+ReferenceModel ReferenceModel::copy_of(FsdpTransformer& policy, FsdpTransformerOptions options) {
+  FullyShardedModule& source = policy.sharded();
+  // Uninitialised weights: every shard is overwritten below.
+  ReferenceModel reference(models::TransformerModel(policy.model()->config()),
+                           source.communicator(), options);
+  FullyShardedModule& target = reference.model_->sharded();
+  torch::NoGradGuard no_grad;
+  for (size_t u = 0; u < target.num_units(); ++u) {
+    FlatParam& to = target.unit(u);
+    FlatParam& from = source.unit(u);
+    if (to.name() != from.name() || to.numel() != from.numel()) {
+      throw Error("ReferenceModel::copy_of: unit " + std::to_string(u) + " of the policy is '" +
+                  from.name() + "' with " + std::to_string(from.numel()) +
+                  " elements, but the reference built from the same config has '" + to.name() +
+                  "' with " + std::to_string(to.numel()));
+    }
+    to.reshard();
+    to.master_shard().copy_(from.master_shard());  // padding included: zero
+  }
+  return reference;
+}
+
+ReferenceModel ReferenceModel::from_hf_checkpoint(const std::string& dir,
+                                                  std::shared_ptr<comm::Communicator> comm,
+                                                  FsdpTransformerOptions options) {
+  // Uninitialised weights: load_sharded_safetensors overwrites every shard.
+  ReferenceModel reference(models::TransformerModel(models::load_model_config(dir)),
+                           std::move(comm), options);
+  load_sharded_safetensors(reference.model_->sharded(), dir);
+  return reference;
+}
+
+torch::Tensor ReferenceModel::compute_log_probs(const torch::Tensor& input_ids,
+                                                const torch::Tensor& position_ids,
+                                                const torch::Tensor& cu_seqlens,
+                                                const torch::Tensor& targets, double temperature) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor log_probs;
+  try {
+    const torch::Tensor hidden = model_->forward(input_ids, position_ids, cu_seqlens);
+    log_probs =
+        models::compute_token_log_probs(hidden, model_->lm_head_weight(), targets, temperature)
+            .log_probs;
+  } catch (...) {
+    model_->reshard();
+    throw;
+  }
+  model_->reshard();
+  return log_probs;
+}
+
+}  // namespace ooze::fsdp
