@@ -61,6 +61,11 @@ NodeCapacity bundle_capacity(const std::string& node_id, const std::string& addr
   return capacity;
 }
 
+// A waiter's deadline; absurd timeouts from the wire are clamped to a day.
+Clock::time_point deadline_after(int64_t timeout_ms) {
+  return Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(timeout_ms, 0, 86400000));
+}
+
 struct Waiter {
   std::string routing_id;
   uint64_t request_id = 0;
@@ -620,8 +625,7 @@ class Head::Loop {
       reply(from, id, group->second.info);
       return;
     }
-    group_waiters_[request.key].push_back(
-        {from, id, Clock::now() + std::chrono::milliseconds(request.timeout_ms)});
+    group_waiters_[request.key].push_back({from, id, deadline_after(request.timeout_ms)});
   }
 
   void remove_placement_group(const std::string& group_id) {
@@ -667,8 +671,7 @@ class Head::Loop {
     } else if (request.timeout_ms <= 0) {
       reply_error(from, id, "NotFound", "no key \"" + request.key + "\"");
     } else {
-      kv_waiters_[request.key].push_back(
-          {from, id, Clock::now() + std::chrono::milliseconds(request.timeout_ms)});
+      kv_waiters_[request.key].push_back({from, id, deadline_after(request.timeout_ms)});
     }
   }
 

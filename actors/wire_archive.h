@@ -72,6 +72,7 @@ class WireOutputArchive
   std::shared_ptr<void> take(uint64_t, uint64_t, void**) override {
     throw WireFormatError("an output archive has nothing to take");
   }
+  uint64_t stream_bytes_left() const override { return 0; }
 
  private:
   std::string& out_;
@@ -115,6 +116,7 @@ class WireInputArchive
     position_ += size;
   }
   std::size_t remaining() const { return in_.size() - position_; }
+  uint64_t stream_bytes_left() const override { return remaining(); }
   // Throws unless every byte was consumed (a frame with trailing garbage is malformed).
   void expect_end() const {
     if (position_ != in_.size()) {

@@ -19,6 +19,9 @@ class OutOfBandBytes {
   // Loading: the bytes put under `index` (sets `data`) and what keeps them alive. Throws
   // ooze::FormatError when there is no such range or it does not hold `nbytes` bytes.
   virtual std::shared_ptr<void> take(uint64_t index, uint64_t nbytes, void** data) = 0;
+  // Loading: how many bytes the stream itself has left, so that a length read from it can be
+  // checked before anything that size is allocated.
+  virtual uint64_t stream_bytes_left() const = 0;
 };
 
 }  // namespace ooze

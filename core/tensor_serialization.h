@@ -27,6 +27,7 @@
 #include <cereal/cereal.hpp>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -138,6 +139,14 @@ void load(Archive& ar, at::Tensor& tensor) {
           static_cast<ooze::OutOfBandBytes&>(ar).take(index, nbytes, &bytes);
       tensor = ooze::detail::tensor_over_bytes(code, sizes, nbytes, bytes, std::move(owner));
       return;
+    }
+  }
+  if constexpr (std::is_base_of_v<ooze::OutOfBandBytes, Archive>) {
+    if (nbytes > static_cast<ooze::OutOfBandBytes&>(ar).stream_bytes_left()) {
+      throw ooze::FormatError(
+          "tensor in archive claims " + std::to_string(nbytes) + " bytes but the stream has only " +
+          std::to_string(static_cast<ooze::OutOfBandBytes&>(ar).stream_bytes_left()) +
+          " left; the archive is corrupt");
     }
   }
   at::Tensor loaded = ooze::detail::allocate_loaded_tensor(code, sizes, nbytes);
