@@ -13,6 +13,7 @@
 #include "actors/runtime.h"
 #include "core/config.h"
 #include "launcher/train_actor.h"
+#include "launcher/trainer_options.h"
 #include "models/model_init.h"
 #include "models/tokenizer.h"
 
@@ -24,12 +25,27 @@ ConfigSchema sft_schema() {
   schema.section("sft-demo");
   schema.add_string("out", "runs/sft-demo", "Output directory (model, data, trained model).");
   schema.add_int("world_size", 2, "FSDP ranks (TrainActors).").min(1).max(64);
-  schema.add_int("steps", 30, "Optimizer steps.").min(1);
+  schema.add_int("steps", 30, "Optimizer steps of the whole run (a resumed run included).").min(1);
   schema.add_int("batch_size", 16, "Sequences per global batch.").min(1);
   schema.add_int("hidden_size", 128, "Hidden size of the generated model.").min(8);
   schema.add_int("layers", 2, "Decoder layers of the generated model.").min(1);
-  schema.add_double("lr", 3e-3, "Peak learning rate (cosine decay, 3 warmup steps).").min(0);
   schema.add_int("seed", 1, "Seed of the model and the data.").min(0);
+  schema.add_string("save", "", "Directory of sharded checkpoints; empty: OUT/checkpoints.");
+  schema.add_int("save_interval", 0, "Save every N steps; 0 saves only at the end.").min(0);
+  schema.add_check("batch_size_divisible_by_world_size", [](const Config& c) {
+    int64_t batch = c.get<int64_t>("batch_size"), world = c.get<int64_t>("world_size");
+    if (batch % world == 0) return std::string();
+    return "batch_size = " + std::to_string(batch) +
+           " is not divisible by world_size = " + std::to_string(world) +
+           ": every rank must get the same number of sequences";
+  });
+  // A tiny model learns in a few dozen steps at a large rate.
+  TrainerOptions defaults;
+  defaults.lr = 3e-3;
+  defaults.min_lr = 3e-4;
+  defaults.lr_warmup_iters = 3;
+  defaults.lr_decay_style = "cosine";
+  add_trainer_fields(schema, defaults);
   return schema;
 }
 
@@ -76,6 +92,25 @@ int run_sft_demo(const std::vector<std::string>& args) {
   const int world = static_cast<int>(flags.get<int64_t>("world_size"));
   const int steps = static_cast<int>(flags.get<int64_t>("steps"));
   const int batch_size = static_cast<int>(flags.get<int64_t>("batch_size"));
+  const TrainerOptions trainer = trainer_options_from_config(flags, steps);  // checks, first
+  const std::string flag_save = flags.get<std::string>("save");
+  const std::string save_dir =
+      std::filesystem::absolute(flag_save.empty() ? out + "/checkpoints" : flag_save).string();
+  const int64_t save_interval = flags.get<int64_t>("save_interval");
+  const std::string load_dir = flags.get<std::string>("load");
+  // A fresh run would collide with the checkpoints of an earlier one (fsdp/checkpoint.h never
+  // overwrites the iteration its tracker names). Those under OUT are this command's own output,
+  // regenerated like the model and the data; elsewhere they are the user's to keep.
+  const bool earlier_checkpoints =
+      std::filesystem::exists(save_dir + "/latest_checkpointed_iteration.txt");
+  if (load_dir.empty() && earlier_checkpoints) {
+    if (!flag_save.empty()) {
+      throw ConfigError("--save " + flag_save +
+                        " already holds checkpoints of another run: resume it with --load " +
+                        flag_save + ", or save elsewhere");
+    }
+    std::filesystem::remove_all(save_dir);
+  }
   std::filesystem::create_directories(out);
 
   models::ModelInitOptions model;
@@ -104,35 +139,62 @@ int run_sft_demo(const std::vector<std::string>& args) {
   options.placement_group = &placement;
   options.group_name = "sft-" + actors::random_id(4);
   auto trainers = actors::ActorGroup<TrainActor>::spawn(world, options);
-  TrainInit init;
-  init.model_dir = model.out_dir;
-  init.group_name = options.group_name;
-  init.lr = flags.get<double>("lr");
-  init.min_lr = init.lr / 10;
-  init.warmup_iters = 3;
-  init.lr_decay_style = "cosine";
-  init.total_iters = steps;
-  init.clip_grad = 1.0;
+  TrainInit init{model.out_dir, options.group_name, trainer};
   int64_t parameters = actors::get_all(trainers.call_all(&TrainActor::init, init)).front();
   std::printf("%d FSDP ranks (TrainActors) hold %.2fM parameters sharded\n", world,
               parameters / 1e6);
 
+  TrainProgress progress;
+  if (!load_dir.empty()) {
+    progress = actors::get_all(trainers.call_all(&TrainActor::load, load_dir)).front();
+    std::printf("resumed from %s at step %ld (%ld sequences consumed)\n", load_dir.c_str(),
+                static_cast<long>(progress.iteration),
+                static_cast<long>(progress.consumed_samples));
+    if (progress.iteration >= steps) {
+      throw ConfigError("the checkpoint in " + load_dir + " is at step " +
+                        std::to_string(progress.iteration) + ": --steps " + std::to_string(steps) +
+                        " leaves nothing to train; raise --steps");
+    }
+    const int64_t needed = progress.consumed_samples + (steps - progress.iteration) * batch_size;
+    if (needed > static_cast<int64_t>(sequences.size())) {
+      throw ConfigError("the checkpoint in " + load_dir + " has consumed " +
+                        std::to_string(progress.consumed_samples) + " sequences: the remaining " +
+                        std::to_string(steps - progress.iteration) + " steps of --batch-size " +
+                        std::to_string(batch_size) + " need " + std::to_string(needed) +
+                        " of the " + std::to_string(sequences.size()) + " this run generates");
+    }
+  }
+  auto save = [&] {
+    TrainProgress saved = actors::get_all(trainers.call_all(&TrainActor::save, save_dir)).front();
+    std::printf("checkpoint of step %ld saved in %s\n", static_cast<long>(saved.iteration),
+                save_dir.c_str());
+    return saved.iteration;
+  };
+
   double first_loss = 0.0, last_loss = 0.0, total_tokens = 0.0, total_seconds = 0.0;
-  for (int step = 0; step < steps; ++step) {
-    // Rank r takes every W-th sequence of the global batch.
+  int64_t last_saved = -1;
+  const int first_step = static_cast<int>(progress.iteration);
+  for (int step = first_step; step < steps; ++step) {
+    // Rank r takes every W-th sequence of the global batch; the data continues where the
+    // consumed samples end.
     std::vector<TrainBatch> batches(world);
     int64_t global_tokens = 0;
     for (int i = 0; i < batch_size; ++i) {
-      const auto& sequence = sequences[static_cast<size_t>(step * batch_size + i)];
+      const auto& sequence = sequences[static_cast<size_t>(progress.consumed_samples + i)];
       batches[i % world].sequences.push_back(sequence);
       global_tokens += static_cast<int64_t>(sequence.size()) - 1;
     }
-    for (TrainBatch& batch : batches) batch.global_tokens = global_tokens;
+    for (TrainBatch& batch : batches) {
+      batch.global_tokens = global_tokens;
+      batch.global_samples = batch_size;
+    }
     auto start = std::chrono::steady_clock::now();
     auto results = actors::get_all(trainers.call_each(
         &TrainActor::train_step, [&](int rank) { return std::make_tuple(batches[rank]); }));
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    progress.iteration += 1;
+    progress.consumed_samples += batch_size;
     double loss_sum = 0.0;
     int64_t tokens = 0;
     for (const TrainStepResult& result : results) {
@@ -140,20 +202,23 @@ int run_sft_demo(const std::vector<std::string>& args) {
       tokens += result.tokens;
     }
     double loss = loss_sum / static_cast<double>(tokens);
-    if (step == 0) first_loss = loss;
+    if (step == first_step) first_loss = loss;
     last_loss = loss;
     total_tokens += static_cast<double>(tokens);
     total_seconds += seconds;
-    std::printf("step %3d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tokens/s\n", step + 1, loss,
+    std::printf("step %3d  loss %.6f  grad_norm %.3f  lr %.2e  %.0f tokens/s\n", step + 1, loss,
                 results.front().grad_norm, results.front().lr, tokens / seconds);
     std::fflush(stdout);
+    if (save_interval > 0 && (step + 1) % save_interval == 0) last_saved = save();
   }
+  if (last_saved != steps) save();
   std::string trained = out + "/trained";
   actors::get_all(trainers.call_all(&TrainActor::save_hf, trained));
-  std::printf("loss %.4f -> %.4f over %d steps, %.0f tokens/s overall; trained model: %s\n",
-              first_loss, last_loss, steps, total_tokens / total_seconds, trained.c_str());
+  std::printf("loss %.4f -> %.4f over steps %d-%d, %.0f tokens/s overall; trained model: %s\n",
+              first_loss, last_loss, first_step + 1, steps, total_tokens / total_seconds,
+              trained.c_str());
   actors::shutdown();
-  return last_loss < first_loss ? 0 : 1;
+  return steps - first_step < 2 || last_loss < first_loss ? 0 : 1;
 }
 
 }  // namespace ooze::launcher

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/tensor_serialization.h"
+#include "fsdp/checkpoint.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/hf_export.h"
 #include "fsdp/lr_schedule.h"
@@ -71,8 +73,8 @@ struct TrainActor::State {
   std::unique_ptr<fsdp::FsdpTransformer> model;
   std::unique_ptr<fsdp::ShardedAdamW> optimizer;
   std::unique_ptr<fsdp::LrSchedule> schedule;
-  TrainInit options;
-  int64_t completed_steps = 0;
+  TrainerOptions options;
+  fsdp::TrainingProgress progress;
 };
 
 TrainActor::TrainActor() = default;
@@ -83,7 +85,7 @@ int64_t TrainActor::init(const TrainInit& init) {
   auto state = std::make_unique<State>();
   state->rank = env_int("RANK");
   state->world_size = env_int("WORLD_SIZE");
-  state->options = init;
+  state->options = init.options;
   state->model_dir = init.model_dir;
   // Rendezvous: rank 0 hosts the store, the head's key-value store tells the others where.
   const std::string key = init.group_name + "/store";
@@ -101,19 +103,24 @@ int64_t TrainActor::init(const TrainInit& init) {
   state->comm = comm::make_gloo_communicator(store, state->rank, state->world_size, init.group_name,
                                              std::chrono::seconds(120));
 
+  const TrainerOptions& options = init.options;
+  fsdp::FsdpTransformerOptions fsdp_options;
+  fsdp_options.shard.mixed_precision.param_dtype = options.bf16 ? torch::kBFloat16 : torch::kFloat;
+  fsdp_options.shard.reshard_after_forward = options.reshard_after_forward;
+  fsdp_options.shard.prefetch = options.prefetch;
+  fsdp_options.activation_checkpointing = options.gradient_checkpointing;
   models::ModelConfig config = models::load_model_config(init.model_dir);
-  state->model =
-      std::make_unique<fsdp::FsdpTransformer>(models::TransformerModel(config), state->comm);
+  state->model = std::make_unique<fsdp::FsdpTransformer>(models::TransformerModel(config),
+                                                         state->comm, fsdp_options);
   fsdp::load_sharded_safetensors(state->model->sharded(), init.model_dir);
   fsdp::ShardedAdamWOptions adam;
-  adam.weight_decay = init.weight_decay;
+  adam.beta1 = options.adam_beta1;
+  adam.beta2 = options.adam_beta2;
+  adam.eps = options.adam_eps;
+  adam.weight_decay = options.weight_decay;
   state->optimizer = std::make_unique<fsdp::ShardedAdamW>(state->model->sharded(), adam);
-  fsdp::LrScheduleOptions lr;
-  lr.lr = init.lr;
-  lr.min_lr = init.min_lr;
-  lr.warmup_iters = init.warmup_iters;
-  lr.decay_style = fsdp::parse_lr_decay_style(init.lr_decay_style);
-  state->schedule = std::make_unique<fsdp::LrSchedule>(lr, init.total_iters);
+  state->schedule =
+      std::make_unique<fsdp::LrSchedule>(lr_schedule_options(options), options.total_iters);
   int64_t parameters = 0;
   for (const auto& parameter : state->model->model()->parameters()) parameters += parameter.numel();
   state_ = std::move(state);
@@ -124,22 +131,36 @@ TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
   if (!state_) throw Error("TrainActor::train_step before init");
   if (batch.global_tokens <= 0) throw Error("train_step: global_tokens must be positive");
   auto start = std::chrono::steady_clock::now();
-  Packed packed = pack(batch.sequences);
-  TrainStepResult result;
   fsdp::FsdpTransformer& model = *state_->model;
-  torch::Tensor hidden = model.forward(packed.input_ids, packed.position_ids, packed.cu_seqlens);
-  models::TokenLogProbs out =
-      models::compute_token_log_probs(hidden, model.lm_head_weight(), packed.targets);
-  torch::Tensor nll = -(out.log_probs.to(torch::kFloat) * packed.mask);
+  TrainStepResult result;
   // Gradients are averaged over ranks: scale by W so the update is that of the mean over every
-  // rank's tokens.
-  model.backward(nll.sum() * (static_cast<double>(state_->world_size) / batch.global_tokens));
-  result.lr = state_->schedule->lr_at(state_->completed_steps);
+  // rank's tokens. Micro-batches accumulate into the same gradient shards.
+  const double scale = static_cast<double>(state_->world_size) / batch.global_tokens;
+  const size_t count = batch.sequences.size();
+  const size_t micro = state_->options.micro_batch_size > 0
+                           ? static_cast<size_t>(state_->options.micro_batch_size)
+                           : std::max<size_t>(count, 1);
+  for (size_t first = 0; first < count; first += micro) {
+    std::vector<std::vector<int64_t>> sequences(
+        batch.sequences.begin() + static_cast<std::ptrdiff_t>(first),
+        batch.sequences.begin() + static_cast<std::ptrdiff_t>(std::min(first + micro, count)));
+    Packed packed = pack(sequences);
+    torch::Tensor hidden = model.forward(packed.input_ids, packed.position_ids, packed.cu_seqlens);
+    models::TokenLogProbs out =
+        models::compute_token_log_probs(hidden, model.lm_head_weight(), packed.targets);
+    torch::Tensor nll = -(out.log_probs.to(torch::kFloat) * packed.mask);
+    model.backward(nll.sum() * scale);
+    result.loss_sum += nll.detach().to(torch::kDouble).sum().item<double>();
+    result.tokens += packed.predicted;
+  }
+  fsdp::TrainingProgress& progress = state_->progress;
+  result.lr = state_->schedule->lr_at(progress.lr_completed_steps);
   fsdp::StepResult step = fsdp::clip_and_step(model.sharded(), *state_->optimizer, result.lr,
                                               state_->options.clip_grad);
-  state_->completed_steps += 1;
-  result.loss_sum = nll.detach().to(torch::kDouble).sum().item<double>();
-  result.tokens = packed.predicted;
+  // As in Megatron, a skipped step counts as an iteration but does not advance the schedule.
+  progress.iteration += 1;
+  progress.lr_completed_steps += step.skipped ? 0 : 1;
+  progress.consumed_samples += batch.global_samples;
   result.grad_norm = step.grad_norm;
   result.skipped = step.skipped;
   result.compute_seconds =
@@ -169,10 +190,38 @@ std::vector<std::vector<float>> TrainActor::compute_log_probs(const TrainBatch& 
   return per_sequence;
 }
 
+TrainProgress TrainActor::save(const std::string& dir) {
+  if (!state_) throw Error("TrainActor::save before init");
+  fsdp::save_checkpoint(dir, state_->progress, state_->model->sharded(), *state_->optimizer);
+  return {state_->progress.iteration, state_->progress.consumed_samples};
+}
+
+TrainProgress TrainActor::load(const std::string& dir) {
+  if (!state_) throw Error("TrainActor::load before init");
+  fsdp::CheckpointLoadOptions options;
+  if (state_->options.ckpt_step >= 0) options.iteration = state_->options.ckpt_step;
+  options.load_rng = state_->options.load_rng;
+  fsdp::ShardedAdamW* optimizer = state_->options.load_optim ? state_->optimizer.get() : nullptr;
+  state_->progress = fsdp::load_checkpoint(dir, state_->model->sharded(), optimizer, options);
+  return {state_->progress.iteration, state_->progress.consumed_samples};
+}
+
 std::string TrainActor::save_hf(const std::string& dir) {
   if (!state_) throw Error("TrainActor::save_hf before init");
   fsdp::export_hf_model(dir, *state_->model, state_->model_dir);
   return dir;
+}
+
+void TrainActor::sleep() {
+  if (!state_) throw Error("TrainActor::sleep before init");
+  state_->model->sleep();
+  state_->optimizer->sleep();
+}
+
+void TrainActor::wake_up() {
+  if (!state_) throw Error("TrainActor::wake_up before init");
+  state_->model->wake_up();
+  state_->optimizer->wake_up();
 }
 
 int64_t TrainActor::state_bytes() const {
@@ -186,7 +235,11 @@ const auto train_actor_class = actors::ActorClass<TrainActor>("TrainActor")
                                    .method("init", &TrainActor::init)
                                    .method("train_step", &TrainActor::train_step)
                                    .method("compute_log_probs", &TrainActor::compute_log_probs)
+                                   .method("save", &TrainActor::save)
+                                   .method("load", &TrainActor::load)
                                    .method("save_hf", &TrainActor::save_hf)
+                                   .method("sleep", &TrainActor::sleep)
+                                   .method("wake_up", &TrainActor::wake_up)
                                    .method("state_bytes", &TrainActor::state_bytes);
 }  // namespace
 
