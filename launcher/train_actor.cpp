@@ -140,6 +140,18 @@ TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
   const size_t micro = state_->options.micro_batch_size > 0
                            ? static_cast<size_t>(state_->options.micro_batch_size)
                            : std::max<size_t>(count, 1);
+  // Each forward/backward is a sequence of collectives: every rank must run as many.
+  const int64_t passes = static_cast<int64_t>((count + micro - 1) / micro);
+  torch::Tensor extremes = torch::tensor({passes, -passes}, torch::kLong);
+  state_->comm->all_reduce(extremes, comm::ReduceOp::MAX);
+  if (extremes[0].item<int64_t>() != -extremes[1].item<int64_t>()) {
+    throw Error("train_step: rank " + std::to_string(state_->rank) + " got " +
+                std::to_string(count) + " sequences (" + std::to_string(passes) +
+                " micro-batches) but the ranks' micro-batch counts range from " +
+                std::to_string(-extremes[1].item<int64_t>()) + " to " +
+                std::to_string(extremes[0].item<int64_t>()) +
+                ": give every rank the same number of micro-batches");
+  }
   for (size_t first = 0; first < count; first += micro) {
     std::vector<std::vector<int64_t>> sequences(
         batch.sequences.begin() + static_cast<std::ptrdiff_t>(first),

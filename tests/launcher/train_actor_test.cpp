@@ -49,7 +49,8 @@ class TrainActorTest : public ::testing::Test {
   }
 
   // `size` TrainActors on the initial model, joined as one FSDP group.
-  static ActorGroup<TrainActor> start_group(int size, const std::string& name) {
+  static ActorGroup<TrainActor> start_group(int size, const std::string& name,
+                                            int64_t micro_batch_size = 0) {
     actors::ActorGroupOptions options;
     options.actor.resources = {{"CPU", 1}};
     options.group_name = name;
@@ -57,6 +58,7 @@ class TrainActorTest : public ::testing::Test {
     TrainerOptions trainer;
     trainer.lr = 1e-2;
     trainer.total_iters = 10;
+    trainer.micro_batch_size = micro_batch_size;
     get_all(group.call_all(&TrainActor::init, TrainInit{*dir_ + "/model", name, trainer}));
     return group;
   }
@@ -213,6 +215,29 @@ TEST_F(TrainActorTest, MistakesComeBackAsRemoteErrorsNamingThem) {
   EXPECT_TRUE(std::isfinite(train(single, 0)));
   stop(group);
   stop(single);
+}
+
+TEST_F(TrainActorTest, UnevenMicroBatchCountsAreRefusedOnEveryRankInsteadOfHanging) {
+  auto pair = start_group(2, "uneven", /*micro_batch_size=*/1);
+  Sequences sequences = batch(0);
+  TrainBatch three, one;
+  three.sequences = {sequences[0], sequences[1], sequences[2]};
+  one.sequences = {sequences[3]};
+  three.global_tokens = one.global_tokens = 10;
+  auto futures = pair.call_each(&TrainActor::train_step,
+                                [&](int rank) { return std::make_tuple(rank == 0 ? three : one); });
+  for (auto& future : futures) {
+    try {
+      future.get(std::chrono::seconds(60));
+      ADD_FAILURE() << "uneven micro-batches were trained";
+    } catch (const actors::RemoteError& error) {
+      EXPECT_NE(std::string(error.what()).find("range from 1 to 3"), std::string::npos)
+          << error.what();
+    }
+  }
+  // Nothing ran, so the group is still in step: an even batch trains.
+  EXPECT_TRUE(std::isfinite(train(pair, 1)));
+  stop(pair);
 }
 
 }  // namespace
