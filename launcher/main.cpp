@@ -22,7 +22,7 @@ const char* kUsage =
     "commands:\n"
     "  demo [--config FILE] [--FIELD VALUE ...]\n"
     "                 run the foundation demo (data-parallel training over real processes)\n"
-    "  sft-demo [--out DIR] [--world-size W] [--steps N]\n"
+    "  sft-demo [--out DIR] [--world-size W] [--steps N] [--load DIR] [--help]\n"
     "                 supervised fine-tuning of a generated model by W FSDP ranks (actors)\n"
     "  model init --arch qwen3|qwen2|llama --hidden-size N --layers N ... --out DIR\n"
     "                 write a randomly initialised model in Hugging Face layout\n"

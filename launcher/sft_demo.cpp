@@ -1,5 +1,6 @@
 #include "launcher/sft_demo.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -87,6 +88,10 @@ std::vector<std::vector<int64_t>> read_dataset(const std::string& path,
 }  // namespace
 
 int run_sft_demo(const std::vector<std::string>& args) {
+  if (std::find(args.begin(), args.end(), "--help") != args.end()) {
+    std::printf("usage: ooze sft-demo [--FLAG VALUE ...]\n\n%s", sft_schema().help().c_str());
+    return 0;
+  }
   const Config flags = load_config(sft_schema(), "", args);
   const std::string out = std::filesystem::absolute(flags.get<std::string>("out")).string();
   const int world = static_cast<int>(flags.get<int64_t>("world_size"));
