@@ -777,6 +777,24 @@ Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_val
   return config;
 }
 
+std::optional<Config> load_config_from_command_line(const ConfigSchema& schema,
+                                                    const std::vector<std::string>& args) {
+  std::string config_path;
+  std::vector<std::string> flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--help" || args[i] == "-h") return std::nullopt;
+    if (args[i] == "--config") {
+      if (i + 1 >= args.size()) throw ConfigError("--config needs a file path");
+      config_path = args[++i];
+    } else if (args[i].rfind("--config=", 0) == 0) {
+      config_path = args[i].substr(9);
+    } else {
+      flags.push_back(args[i]);
+    }
+  }
+  return load_config(schema, config_path, flags);
+}
+
 Config load_config(const ConfigSchema& schema, const std::string& file_path,
                    const std::vector<std::string>& args) {
   nlohmann::json file_values;

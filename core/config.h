@@ -160,6 +160,11 @@ class Config {
 Config load_config(const ConfigSchema& schema, const std::string& file_path,
                    const std::vector<std::string>& args);
 
+// A command line: `--config FILE` (or `--config=FILE`) names the file, every other argument is
+// a flag. Returns nullopt when `args` ask for --help (or -h): print schema.help() then.
+std::optional<Config> load_config_from_command_line(const ConfigSchema& schema,
+                                                    const std::vector<std::string>& args);
+
 // As load_config, with the file's content already parsed; `origin` names it in messages.
 Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_values,
                       const std::string& origin, const std::vector<std::string>& args);

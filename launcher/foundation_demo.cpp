@@ -89,24 +89,13 @@ int wait_for_ranks(std::vector<pid_t>& pids, milliseconds timeout) {
 }  // namespace
 
 int run_foundation_demo(const std::string& self_exe, const std::vector<std::string>& args) {
-  std::string config_path;
-  std::vector<std::string> overrides;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--help" || args[i] == "-h") {
-      std::cout << "usage: ooze demo [--config FILE] [--FIELD VALUE ...]\n\n"
-                << experiment_schema().help();
-      return 0;
-    }
-    if (args[i] == "--config") {
-      if (i + 1 >= args.size()) throw ConfigError("--config needs a file path");
-      config_path = args[++i];
-    } else if (args[i].rfind("--config=", 0) == 0) {
-      config_path = args[i].substr(9);
-    } else {
-      overrides.push_back(args[i]);
-    }
+  std::optional<Config> loaded = load_config_from_command_line(experiment_schema(), args);
+  if (!loaded) {
+    std::cout << "usage: ooze demo [--config FILE] [--FIELD VALUE ...]\n\n"
+              << experiment_schema().help();
+    return 0;
   }
-  Config config = load_config(experiment_schema(), config_path, overrides);
+  const Config& config = *loaded;
   set_log_level(parse_log_level(config.get<std::string>("log_level")));
   set_log_prefix("driver");
   if (config.get<std::string>("comm_backend") != "gloo") {

@@ -1,18 +1,19 @@
 #include "launcher/sft_demo.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "actors/actor_group.h"
 #include "actors/placement_group.h"
 #include "actors/runtime.h"
 #include "core/config.h"
+#include "core/metrics.h"
 #include "launcher/train_actor.h"
 #include "launcher/trainer_options.h"
 #include "models/model_init.h"
@@ -88,11 +89,13 @@ std::vector<std::vector<int64_t>> read_dataset(const std::string& path,
 }  // namespace
 
 int run_sft_demo(const std::vector<std::string>& args) {
-  if (std::find(args.begin(), args.end(), "--help") != args.end()) {
-    std::printf("usage: ooze sft-demo [--FLAG VALUE ...]\n\n%s", sft_schema().help().c_str());
+  std::optional<Config> loaded = load_config_from_command_line(sft_schema(), args);
+  if (!loaded) {
+    std::printf("usage: ooze sft-demo [--config FILE] [--FIELD VALUE ...]\n\n%s",
+                sft_schema().help().c_str());
     return 0;
   }
-  const Config flags = load_config(sft_schema(), "", args);
+  const Config& flags = *loaded;
   const std::string out = std::filesystem::absolute(flags.get<std::string>("out")).string();
   const int world = static_cast<int>(flags.get<int64_t>("world_size"));
   const int steps = static_cast<int>(flags.get<int64_t>("steps"));
@@ -117,6 +120,10 @@ int run_sft_demo(const std::vector<std::string>& args) {
     std::filesystem::remove_all(save_dir);
   }
   std::filesystem::create_directories(out);
+  flags.save_effective_config(out);
+  // A resumed run continues the metrics of the run it resumes; a fresh one starts them over.
+  if (load_dir.empty()) std::filesystem::remove(out + "/metrics.jsonl");
+  MetricsSink metrics(out + "/metrics.jsonl");
 
   models::ModelInitOptions model;
   model.arch = "qwen3";
@@ -213,15 +220,22 @@ int run_sft_demo(const std::vector<std::string>& args) {
     total_seconds += seconds;
     std::printf("step %3d  loss %.6f  grad_norm %.3f  lr %.2e  %.0f tokens/s\n", step + 1, loss,
                 results.front().grad_norm, results.front().lr, tokens / seconds);
+    metrics.log(step + 1, {{"loss", loss},
+                           {"grad_norm", results.front().grad_norm},
+                           {"lr", results.front().lr},
+                           {"tokens_per_second", tokens / seconds},
+                           {"skipped", results.front().skipped ? 1.0 : 0.0}});
     std::fflush(stdout);
     if (save_interval > 0 && (step + 1) % save_interval == 0) last_saved = save();
   }
   if (last_saved != steps) save();
   std::string trained = out + "/trained";
   actors::get_all(trainers.call_all(&TrainActor::save_hf, trained));
-  std::printf("loss %.4f -> %.4f over steps %d-%d, %.0f tokens/s overall; trained model: %s\n",
-              first_loss, last_loss, first_step + 1, steps, total_tokens / total_seconds,
-              trained.c_str());
+  std::printf(
+      "loss %.4f -> %.4f over steps %d-%d, %.0f tokens/s overall; trained model: %s; "
+      "metrics: %s\n",
+      first_loss, last_loss, first_step + 1, steps, total_tokens / total_seconds, trained.c_str(),
+      metrics.path().c_str());
   actors::shutdown();
   return steps - first_step < 2 || last_loss < first_loss ? 0 : 1;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,27 @@ TEST_F(ConfigTest, PrecedenceIsDefaultThenFileThenFlag) {
   EXPECT_EQ(config.origin("temperature"), "--temperature");
   EXPECT_EQ(config.get<int64_t>("n_samples_per_prompt"), 8);
   EXPECT_EQ(config.source("n_samples_per_prompt"), ConfigSource::kDefault);
+}
+
+TEST_F(ConfigTest, CommandLineNamesTheFileWithConfigAndTheRestAreFlags) {
+  std::string file = write("exp.json", R"({"rollout_batch_size": 64, "temperature": 0.7})");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--temperature", "0.5", "--config", file},
+        std::vector<std::string>{"--config=" + file, "--temperature", "0.5"}}) {
+    std::optional<Config> config = load_config_from_command_line(schema_, args);
+    ASSERT_TRUE(config.has_value());
+    EXPECT_EQ(config->get<int64_t>("rollout_batch_size"), 64);
+    EXPECT_EQ(config->origin("rollout_batch_size"), file);
+    EXPECT_DOUBLE_EQ(config->get<double>("temperature"), 0.5);  // a flag beats the file
+  }
+  EXPECT_FALSE(load_config_from_command_line(schema_, {"--temperature", "0.5", "--help"}));
+  EXPECT_FALSE(load_config_from_command_line(schema_, {"-h"}));
+  EXPECT_CONTAINS(error_of([&] { load_config_from_command_line(schema_, {"--config"}); }),
+                  "--config needs a file path");
+  EXPECT_CONTAINS(error_of([&] {
+                    load_config_from_command_line(schema_, {"--config", dir_ + "/none.json"});
+                  }),
+                  "cannot read config file '" + dir_ + "/none.json'");
 }
 
 TEST_F(ConfigTest, LaterFlagWins) {

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -53,6 +55,20 @@ TEST(SftDemo, TwoActorRanksTrainAndTheLossFalls) {
     losses.push_back(std::stod(loss));
   }
   ASSERT_EQ(losses.size(), 8u) << output;
+  // Every step is also a line of OUT/metrics.jsonl, and OUT/config.json holds the settings.
+  std::ifstream metrics(dir + "/run/metrics.jsonl");
+  int line_count = 0;
+  for (std::string line; std::getline(metrics, line); ++line_count) {
+    nlohmann::json record = nlohmann::json::parse(line);
+    EXPECT_EQ(record.at("step").get<int>(), line_count + 1);
+    EXPECT_NEAR(record.at("loss").get<double>(), losses.at(line_count), 5e-7) << line;
+    EXPECT_GT(record.at("tokens_per_second").get<double>(), 0.0);
+  }
+  EXPECT_EQ(line_count, 8);
+  std::ifstream config_file(dir + "/run/config.json");
+  nlohmann::json config = nlohmann::json::parse(config_file);
+  EXPECT_EQ(config.at("steps").get<int>(), 8);
+  EXPECT_EQ(config.at("lr_decay_style").get<std::string>(), "cosine");
   EXPECT_LT(losses.back(), losses.front() - 0.5) << output;  // it learns, not just drifts
   EXPECT_NE(output.find("2 FSDP ranks"), std::string::npos) << output;
 
