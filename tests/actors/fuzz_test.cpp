@@ -573,19 +573,6 @@ void send_mutations(FrameFuzzer& fuzzer, const std::vector<Frame>& templates,
   }
 }
 
-// Collects from every peer until none has received anything for `quiet`.
-void collect_until_quiet(std::vector<RawPeer>& peers, ReplyTally* tally,
-                         std::chrono::milliseconds quiet = std::chrono::milliseconds(300)) {
-  auto last_arrival = Clock::now();
-  while (Clock::now() - last_arrival < quiet) {
-    for (RawPeer& peer : peers) {
-      peer.collect(std::chrono::milliseconds(10));
-      if (!peer.received.empty()) last_arrival = Clock::now();
-      tally->count(peer.received);
-    }
-  }
-}
-
 // Sends a valid `method` request from every peer, then collects until each peer has the
 // marker's reply. A server handles one peer's frames in order, so by then it has handled every
 // frame sent before it; a quiet period would not prove that on a loaded machine, and a
@@ -634,16 +621,7 @@ TEST_F(LiveFuzzTest, WorkerSurvivesRandomGarbage) {
   });
   // A well-formed request naming no method gets an UnknownMethod reply; nothing else does.
   ReplyTally tally;
-  bool all_answered = peers[0].collect_until(
-      [&] {
-        for (RawPeer& peer : peers) {
-          peer.collect();
-          tally.count(peer.received);
-        }
-        return tally.total() >= well_formed;
-      },
-      kReplyTimeout);
-  collect_until_quiet(peers, &tally);
+  bool all_answered = collect_through_marker(peers, "Counter.get", &tally);
   report("worker, random garbage", kGarbageFrames, seconds_since(start), tally);
 
   EXPECT_TRUE(all_answered);
@@ -894,16 +872,7 @@ TEST_F(LiveFuzzTest, HeadSurvivesGarbageAndMutatedControlRequests) {
   auto start = Clock::now();
   int well_formed = send_garbage(fuzzer, peers, kGarbageFrames, head_serves);
   ReplyTally garbage_tally;
-  peers[0].collect_until(
-      [&] {
-        for (RawPeer& peer : peers) {
-          peer.collect();
-          garbage_tally.count(peer.received);
-        }
-        return garbage_tally.total() >= well_formed;
-      },
-      kReplyTimeout);
-  collect_until_quiet(peers, &garbage_tally);
+  EXPECT_TRUE(collect_through_marker(peers, method::kHeartbeat, &garbage_tally));
   report("head, random garbage", kGarbageFrames, seconds_since(start), garbage_tally);
   EXPECT_EQ(garbage_tally.error_count("UnknownMethod"), well_formed) << garbage_tally.describe();
   EXPECT_EQ(garbage_tally.total(), well_formed) << garbage_tally.describe();
