@@ -1,11 +1,12 @@
+// Config and its resolution: defaults < JSON file < flags, converted to the declared types,
+// range-checked, cross-checked, every problem reported at once. The schema is in
+// core/config_schema.cpp, the help text in core/config_help.cpp.
 #include "core/config.h"
 
-#include <unistd.h>
-
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -13,82 +14,21 @@
 #include <limits>
 #include <sstream>
 
+#include "core/atomic_file.h"
+#include "core/config_spelling.h"
 #include "core/error.h"
 
 namespace ooze {
 namespace {
 
+using config_spelling::dashes;
+using config_spelling::join;
+using config_spelling::show_json;
+using config_spelling::underscores;
+
 // Thrown by Config::get while checks run, when the check reads a field that failed to resolve.
 // Not an ooze::Error, so a check that catches ConfigError does not swallow it.
 struct BrokenFieldAccess {};
-
-std::string underscores(std::string name) {
-  std::replace(name.begin(), name.end(), '-', '_');
-  return name;
-}
-
-std::string dashes(std::string name) {
-  std::replace(name.begin(), name.end(), '_', '-');
-  return name;
-}
-
-bool is_snake_case(const std::string& name) {
-  if (name.empty() || !std::islower(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::islower(static_cast<unsigned char>(c)) ||
-           std::isdigit(static_cast<unsigned char>(c)) || c == '_';
-  });
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-// Integers print without a fraction ("1", not "1.0"); other numbers as the shortest round trip.
-std::string format_number(double value) {
-  if (std::isfinite(value) && value == std::trunc(value) && std::fabs(value) < 1e15) {
-    return std::to_string(static_cast<int64_t>(value));
-  }
-  return nlohmann::json(value).dump();
-}
-
-// A JSON value as it appears in messages: compact, cut short when huge.
-std::string show_json(const nlohmann::json& value) {
-  std::string text = value.dump();
-  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& separator) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
-  return out;
-}
-
-// `text` as lines of at most `width` columns (long words excepted), each starting with `indent`.
-std::string wrap(const std::string& text, const std::string& indent, size_t width) {
-  std::istringstream words(text);
-  std::string word, line, out;
-  while (words >> word) {
-    if (!line.empty() && indent.size() + line.size() + 1 + word.size() > width) {
-      out += indent + line + "\n";
-      line.clear();
-    }
-    line += (line.empty() ? "" : " ") + word;
-  }
-  if (!line.empty()) out += indent + line + "\n";
-  return out;
-}
 
 // What a field accepts, as the object of "expected ...".
 std::string expectation(const FieldSpec& spec) {
@@ -110,35 +50,6 @@ std::string expectation(const FieldSpec& spec) {
       return "a list of strings";
   }
   return "?";
-}
-
-bool in_range(const FieldSpec& spec, long double value) {
-  if (spec.lower) {
-    long double bound = *spec.lower;
-    if (spec.lower_inclusive ? value < bound : value <= bound) return false;
-  }
-  if (spec.upper) {
-    long double bound = *spec.upper;
-    if (spec.upper_inclusive ? value > bound : value >= bound) return false;
-  }
-  return true;
-}
-
-// True when a converted value respects the field's range (every element, for lists).
-bool value_in_range(const FieldSpec& spec, const nlohmann::json& value) {
-  switch (spec.type) {
-    case FieldType::kInt:
-      return in_range(spec, static_cast<long double>(value.get<int64_t>()));
-    case FieldType::kDouble:
-      return in_range(spec, static_cast<long double>(value.get<double>()));
-    case FieldType::kIntList:
-      for (const auto& element : value) {
-        if (!in_range(spec, static_cast<long double>(element.get<int64_t>()))) return false;
-      }
-      return true;
-    default:
-      return true;
-  }
 }
 
 constexpr long double kInt64Limit = 9223372036854775808.0L;  // 2^63
@@ -309,15 +220,6 @@ std::string mismatch(const std::string& where, const FieldSpec& spec, const std:
          (why.empty() ? "" : " (" + why + ")");
 }
 
-// Checks that a schema default satisfies the field's own declaration.
-void validate_default(const FieldSpec& spec) {
-  if (spec.is_required) return;
-  if (!value_in_range(spec, spec.default_value)) {
-    throw ConfigError("schema: default " + show_json(spec.default_value) + " of '" + spec.name +
-                      "' is outside its range " + spec.range_text());
-  }
-}
-
 std::string source_name(ConfigSource source) {
   switch (source) {
     case ConfigSource::kDefault:
@@ -331,208 +233,6 @@ std::string source_name(ConfigSource source) {
 }
 
 }  // namespace
-
-std::string field_type_name(FieldType type) {
-  switch (type) {
-    case FieldType::kBool:
-      return "bool";
-    case FieldType::kInt:
-      return "int";
-    case FieldType::kDouble:
-      return "float";
-    case FieldType::kString:
-      return "string";
-    case FieldType::kEnum:
-      return "enum";
-    case FieldType::kIntList:
-      return "int list";
-    case FieldType::kStringList:
-      return "string list";
-  }
-  return "?";
-}
-
-// ---------------------------------------------------------------------------------------------
-// FieldSpec
-
-FieldSpec& FieldSpec::min(double value) {
-  lower = value;
-  lower_inclusive = true;
-  validate_default(*this);
-  return *this;
-}
-
-FieldSpec& FieldSpec::greater_than(double value) {
-  lower = value;
-  lower_inclusive = false;
-  validate_default(*this);
-  return *this;
-}
-
-FieldSpec& FieldSpec::max(double value) {
-  upper = value;
-  upper_inclusive = true;
-  validate_default(*this);
-  return *this;
-}
-
-FieldSpec& FieldSpec::less_than(double value) {
-  upper = value;
-  upper_inclusive = false;
-  validate_default(*this);
-  return *this;
-}
-
-FieldSpec& FieldSpec::required() {
-  is_required = true;
-  default_value = nullptr;
-  return *this;
-}
-
-std::string FieldSpec::flag() const { return "--" + dashes(name); }
-
-std::string FieldSpec::range_text() const {
-  if (lower && upper) {
-    return std::string("in ") + (lower_inclusive ? "[" : "(") + format_number(*lower) + ", " +
-           format_number(*upper) + (upper_inclusive ? "]" : ")");
-  }
-  if (lower) return (lower_inclusive ? ">= " : "> ") + format_number(*lower);
-  if (upper) return (upper_inclusive ? "<= " : "< ") + format_number(*upper);
-  return "";
-}
-
-// ---------------------------------------------------------------------------------------------
-// ConfigSchema
-
-ConfigSchema& ConfigSchema::section(const std::string& name) {
-  current_section_ = name;
-  return *this;
-}
-
-FieldSpec& ConfigSchema::add(const std::string& name, FieldType type, nlohmann::json default_value,
-                             const std::string& doc) {
-  if (!is_snake_case(name)) {
-    throw ConfigError("schema: field name '" + name + "' is not snake_case");
-  }
-  if (find(name) != nullptr) throw ConfigError("schema: field '" + name + "' declared twice");
-  FieldSpec spec;
-  spec.name = name;
-  spec.type = type;
-  spec.default_value = std::move(default_value);
-  spec.doc = doc;
-  spec.section = current_section_;
-  fields_.push_back(std::move(spec));
-  return fields_.back();
-}
-
-FieldSpec& ConfigSchema::add_bool(const std::string& name, bool default_value,
-                                  const std::string& doc) {
-  return add(name, FieldType::kBool, default_value, doc);
-}
-
-FieldSpec& ConfigSchema::add_int(const std::string& name, int64_t default_value,
-                                 const std::string& doc) {
-  return add(name, FieldType::kInt, default_value, doc);
-}
-
-FieldSpec& ConfigSchema::add_double(const std::string& name, double default_value,
-                                    const std::string& doc) {
-  return add(name, FieldType::kDouble, default_value, doc);
-}
-
-FieldSpec& ConfigSchema::add_string(const std::string& name, const std::string& default_value,
-                                    const std::string& doc) {
-  return add(name, FieldType::kString, default_value, doc);
-}
-
-FieldSpec& ConfigSchema::add_enum(const std::string& name, const std::vector<std::string>& choices,
-                                  const std::string& default_value, const std::string& doc) {
-  if (std::find(choices.begin(), choices.end(), default_value) == choices.end()) {
-    throw ConfigError("schema: default '" + default_value + "' of '" + name + "' is not one of {" +
-                      join(choices, ", ") + "}");
-  }
-  FieldSpec& spec = add(name, FieldType::kEnum, default_value, doc);
-  spec.choices = choices;
-  return spec;
-}
-
-FieldSpec& ConfigSchema::add_int_list(const std::string& name,
-                                      const std::vector<int64_t>& default_value,
-                                      const std::string& doc) {
-  return add(name, FieldType::kIntList, default_value, doc);
-}
-
-FieldSpec& ConfigSchema::add_string_list(const std::string& name,
-                                         const std::vector<std::string>& default_value,
-                                         const std::string& doc) {
-  return add(name, FieldType::kStringList, default_value, doc);
-}
-
-void ConfigSchema::add_check(const std::string& name, ConfigCheck check) {
-  checks_.emplace_back(name, std::move(check));
-}
-
-const FieldSpec* ConfigSchema::find(const std::string& name) const {
-  std::string key = underscores(name);
-  for (const auto& spec : fields_) {
-    if (spec.name == key) return &spec;
-  }
-  return nullptr;
-}
-
-std::string ConfigSchema::nearest_field(const std::string& name) const {
-  std::string key = underscores(name);
-  // Close means at most a third of the longer name differs (typos and truncations).
-  std::string best;
-  size_t best_distance = std::string::npos;
-  for (const auto& spec : fields_) {
-    size_t distance = edit_distance(key, spec.name);
-    size_t threshold = std::max<size_t>(1, std::max(key.size(), spec.name.size()) / 3);
-    if (distance <= threshold && distance < best_distance) {
-      best = spec.name;
-      best_distance = distance;
-    }
-  }
-  return best;
-}
-
-std::string ConfigSchema::help() const {
-  std::ostringstream out;
-  out << "Every flag is also a JSON key with underscores (--global-batch-size -> "
-         "global_batch_size).\nPrecedence: default < config file < flags (later flags win).\n";
-  std::vector<std::string> sections;
-  for (const auto& spec : fields_) {
-    if (std::find(sections.begin(), sections.end(), spec.section) == sections.end()) {
-      sections.push_back(spec.section);
-    }
-  }
-  for (const auto& section : sections) {
-    out << "\n" << section << ":\n";
-    for (const auto& spec : fields_) {
-      if (spec.section != section) continue;
-      std::string usage;
-      switch (spec.type) {
-        case FieldType::kBool:
-          usage = "--[no-]" + dashes(spec.name);
-          break;
-        case FieldType::kEnum:
-          usage = spec.flag() + " {" + join(spec.choices, ",") + "}";
-          break;
-        default:
-          usage = spec.flag() + " <" + field_type_name(spec.type) + ">";
-      }
-      std::string facts = spec.is_required ? "required" : "default: " + spec.default_value.dump();
-      if (!spec.range_text().empty()) facts += "; range: " + spec.range_text();
-      out << "  " << usage;
-      if (usage.size() < 38)
-        out << std::string(38 - usage.size(), ' ');
-      else
-        out << "\n  " << std::string(38, ' ');
-      out << facts << "\n" << wrap(spec.doc, "      ", 100);
-    }
-  }
-  return out.str();
-}
 
 // ---------------------------------------------------------------------------------------------
 // Config
@@ -592,24 +292,23 @@ std::string Config::describe() const {
   }
   value_width = std::min<size_t>(value_width, 40);
   std::ostringstream out;
-  std::string section;
-  for (const auto& spec : schema_->fields()) {
-    if (spec.section != section || out.tellp() == 0) {
-      section = spec.section;
-      out << section << ":\n";
+  for (const auto& section : schema_->sections()) {  // grouped as help() groups them
+    out << section << ":\n";
+    for (const auto& spec : schema_->fields()) {
+      if (spec.section != section) continue;
+      const Entry& found = entries_.at(spec.name);
+      bool differs = found.value != spec.default_value;
+      std::string value = show_json(found.value);
+      out << (differs ? "  * " : "    ") << spec.name
+          << std::string(key_width - spec.name.size(), ' ') << " = " << value;
+      if (found.source != ConfigSource::kDefault) {
+        if (value.size() < value_width) out << std::string(value_width - value.size(), ' ');
+        out << "  (" << source_name(found.source) << " " << found.origin;
+        if (differs && !spec.is_required) out << "; default " << show_json(spec.default_value);
+        out << ")";
+      }
+      out << "\n";
     }
-    const Entry& found = entries_.at(spec.name);
-    bool differs = found.value != spec.default_value;
-    std::string value = show_json(found.value);
-    out << (differs ? "  * " : "    ") << spec.name
-        << std::string(key_width - spec.name.size(), ' ') << " = " << value;
-    if (found.source != ConfigSource::kDefault) {
-      if (value.size() < value_width) out << std::string(value_width - value.size(), ' ');
-      out << "  (" << source_name(found.source) << " " << found.origin;
-      if (differs && !spec.is_required) out << "; default " << show_json(spec.default_value);
-      out << ")";
-    }
-    out << "\n";
   }
   return out.str();
 }
@@ -618,21 +317,8 @@ void Config::save_effective_config(const std::string& dir) const {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) throw IoError("cannot create directory '" + dir + "': " + error.message());
-  std::string path = (std::filesystem::path(dir) / "config.json").string();
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::string text = to_json().dump(2) + "\n";
-  FILE* file = std::fopen(tmp.c_str(), "w");
-  if (file == nullptr) throw IoError("cannot write '" + tmp + "': " + std::strerror(errno));
-  bool ok = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  ok = std::fflush(file) == 0 && ok;
-  ok = ::fsync(fileno(file)) == 0 && ok;  // the rename must not expose an unwritten file
-  int saved_errno = errno;
-  ok = std::fclose(file) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string reason = std::strerror(ok ? errno : saved_errno);
-    std::remove(tmp.c_str());
-    throw IoError("cannot write '" + path + "': " + reason);
-  }
+  write_file_atomically((std::filesystem::path(dir) / "config.json").string(),
+                        to_json().dump(2) + "\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -671,7 +357,7 @@ Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_val
       nlohmann::json value;
       std::string why;
       std::string where = "'" + key + "' in " + origin;
-      if (!convert_json(*spec, raw, &value, &why) || !value_in_range(*spec, value)) {
+      if (!convert_json(*spec, raw, &value, &why) || !spec->in_range(value)) {
         problems.push_back(mismatch(where, *spec, show_json(raw), why));
         config.broken_.insert(key);
         continue;
@@ -736,7 +422,7 @@ Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_val
 
     nlohmann::json value;
     std::string why;
-    if (!convert_text(*spec, text, &value, &why) || !value_in_range(*spec, value)) {
+    if (!convert_text(*spec, text, &value, &why) || !spec->in_range(value)) {
       problems.push_back(mismatch(typed, *spec, "'" + text + "'", why));
       config.broken_.insert(spec->name);
       continue;

@@ -14,11 +14,12 @@
 // underscores (`--global-batch-size`, `--global_batch_size`). Flag forms: `--key value`,
 // `--key=value`; bools also take a bare `--flag` (true), `--flag true|false` and `--no-flag`.
 // Lists are JSON arrays in files and comma-separated on the command line (`--ranks 0,2,3`).
+//
+// The schema lives in core/config_schema.h (included here), its help text in
+// core/config_help.cpp; this header is the one users include.
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -28,87 +29,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/config_schema.h"
+
 namespace ooze {
-
-class Config;
-
-enum class FieldType { kBool, kInt, kDouble, kString, kEnum, kIntList, kStringList };
-
-// "bool", "int", "float", "string", "enum", "int list", "string list".
-std::string field_type_name(FieldType type);
-
-// One declared field. Built by ConfigSchema::add_*; the chainable setters refine it right after:
-//   schema.add_double("lr", 0.05, "Learning rate.").greater_than(0);
-struct FieldSpec {
-  std::string name;  // snake_case JSON key
-  FieldType type = FieldType::kString;
-  nlohmann::json default_value;  // null when required
-  bool is_required = false;
-  std::string doc;
-  std::string section;
-  std::vector<std::string> choices;  // kEnum only
-
-  // Inclusive or exclusive numeric bounds; for lists they apply to every element.
-  std::optional<double> lower, upper;
-  bool lower_inclusive = true, upper_inclusive = true;
-
-  FieldSpec& min(double value);           // value >= min
-  FieldSpec& greater_than(double value);  // value >  bound
-  FieldSpec& max(double value);           // value <= max
-  FieldSpec& less_than(double value);     // value <  bound
-  FieldSpec& required();                  // no default: the file or a flag must set it
-
-  // "--global-batch-size".
-  std::string flag() const;
-  // "", ">= 1", "> 0", "in [0, 1)".
-  std::string range_text() const;
-};
-
-// Returns "" when the config is consistent, otherwise a message naming every key and value
-// involved ("global_batch_size = 64 is not divisible by world_size = 3"). Throwing
-// ooze::ConfigError with such a message works too.
-using ConfigCheck = std::function<std::string(const Config&)>;
-
-class ConfigSchema {
- public:
-  // Fields declared after this call belong to `name` (for help() and Config::describe()).
-  ConfigSchema& section(const std::string& name);
-
-  FieldSpec& add_bool(const std::string& name, bool default_value, const std::string& doc);
-  FieldSpec& add_int(const std::string& name, int64_t default_value, const std::string& doc);
-  FieldSpec& add_double(const std::string& name, double default_value, const std::string& doc);
-  FieldSpec& add_string(const std::string& name, const std::string& default_value,
-                        const std::string& doc);
-  FieldSpec& add_enum(const std::string& name, const std::vector<std::string>& choices,
-                      const std::string& default_value, const std::string& doc);
-  FieldSpec& add_int_list(const std::string& name, const std::vector<int64_t>& default_value,
-                          const std::string& doc);
-  FieldSpec& add_string_list(const std::string& name, const std::vector<std::string>& default_value,
-                             const std::string& doc);
-
-  // Cross-field validation, run after every field resolved. A check that reads a field which
-  // itself failed to resolve is skipped (its message would be about a value nobody chose).
-  void add_check(const std::string& name, ConfigCheck check);
-
-  // Declaration order; a deque so the references add_* return stay valid.
-  const std::deque<FieldSpec>& fields() const { return fields_; }
-  const std::vector<std::pair<std::string, ConfigCheck>>& checks() const { return checks_; }
-  // nullptr when `name` is not declared. Accepts dashes for underscores.
-  const FieldSpec* find(const std::string& name) const;
-  // The declared name closest to `name` by edit distance, or "" when nothing is close.
-  std::string nearest_field(const std::string& name) const;
-
-  // Field reference grouped by section: flag, type, default, range, JSON key and doc.
-  std::string help() const;
-
- private:
-  FieldSpec& add(const std::string& name, FieldType type, nlohmann::json default_value,
-                 const std::string& doc);
-
-  std::string current_section_ = "general";
-  std::deque<FieldSpec> fields_;
-  std::vector<std::pair<std::string, ConfigCheck>> checks_;
-};
 
 enum class ConfigSource { kDefault, kFile, kFlag };
 

@@ -11,12 +11,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 // Safetensors stores little-endian bytes and tensors view them as they are.
@@ -77,53 +77,6 @@ void check_savable(const NamedTensors& tensors) {
     }
     to_safetensors_dtype(tensor.scalar_type());
   }
-}
-
-void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const char* bytes = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t written = ::write(fd, bytes, size);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      throw IoError("writing '" + path + "' failed: " + errno_text());
-    }
-    bytes += written;
-    size -= static_cast<size_t>(written);
-  }
-}
-
-// Makes a finished rename survive a power loss. Best effort: some file systems refuse to
-// fsync directories, and the data itself is already on disk.
-void fsync_parent_directory(const std::string& path) {
-  std::string dir = fs::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// Writes through "<path>.tmp.<pid>" + fsync + rename, so `path` holds either its old content
-// or the complete new one, never a partial file. The temporary is removed on any failure.
-void write_file_atomically(const std::string& path, const std::function<void(int fd)>& write) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError("cannot create '" + tmp + "': " + errno_text());
-  try {
-    write(fd);
-    if (::fsync(fd) != 0) throw IoError("fsync of '" + tmp + "' failed: " + errno_text());
-    int close_result = ::close(fd);
-    fd = -1;
-    if (close_result != 0) throw IoError("closing '" + tmp + "' failed: " + errno_text());
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      throw IoError("renaming '" + tmp + "' to '" + path + "' failed: " + errno_text());
-    }
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  fsync_parent_directory(path);
 }
 
 // "model-00002-of-00005.safetensors", transformers' naming.
@@ -357,18 +310,18 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   }
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
 
-  write_file_atomically(path, [&](int fd) {
-    uint8_t length[8];
-    for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(header_text.size() >> (8 * i));
-    write_all(fd, length, sizeof(length), path);
-    write_all(fd, header_text.data(), header_text.size(), path);
-    for (const auto* entry : order) {
-      // One tensor made contiguous at a time, so a non-contiguous state dict is never copied
-      // whole. resolve_neg() materializes a lazily negated view (its raw bytes are not negated).
-      const at::Tensor contiguous = entry->second.resolve_neg().contiguous();
-      write_all(fd, contiguous.data_ptr(), nbytes_of(contiguous), path);
-    }
-  });
+  AtomicFile file(path);
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(header_text.size() >> (8 * i));
+  file.write(length, sizeof(length));
+  file.write(header_text);
+  for (const auto* entry : order) {
+    // One tensor made contiguous at a time, so a non-contiguous state dict is never copied
+    // whole. resolve_neg() materializes a lazily negated view (its raw bytes are not negated).
+    const at::Tensor contiguous = entry->second.resolve_neg().contiguous();
+    file.write(contiguous.data_ptr(), nbytes_of(contiguous));
+  }
+  file.commit();
 }
 
 void save_sharded_safetensors(const std::string& dir, const NamedTensors& tensors,
@@ -419,9 +372,7 @@ void save_sharded_safetensors(const std::string& dir, const NamedTensors& tensor
   // The index goes last: until it is replaced, readers see the previous complete index.
   const json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
   const std::string index_text = index.dump(2, ' ', /*ensure_ascii=*/true) + "\n";
-  const std::string index_path = (fs::path(dir) / kSafetensorsIndexFile).string();
-  write_file_atomically(
-      index_path, [&](int fd) { write_all(fd, index_text.data(), index_text.size(), index_path); });
+  write_file_atomically((fs::path(dir) / kSafetensorsIndexFile).string(), index_text);
   remove_stale_files(dir, written);
 }
 

@@ -1,8 +1,5 @@
 #include "fsdp/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -20,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -66,42 +64,6 @@ bool any_rank_failed(FullyShardedModule& model, bool failed) {
   torch::Tensor flag = torch::tensor({static_cast<int64_t>(failed)}, collective_options(model));
   if (auto comm = communicator(model)) comm->all_reduce(flag, comm::ReduceOp::MAX);
   return flag.item<int64_t>() != 0;
-}
-
-// Directory renames survive a power loss only once the parent directory is synced. Best
-// effort: some file systems refuse to fsync directories.
-void fsync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// Temporary file, fsync, rename: `path` holds the old text or the new, never a torn one.
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError("cannot create '" + tmp.string() + "': " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string reason = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw IoError("writing '" + tmp.string() + "' failed: " + reason);
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const bool closed = ::close(fd) == 0;
-  if (!synced || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw IoError("writing '" + path.string() + "' failed: " + reason);
-  }
-  fsync_directory(path.parent_path());
 }
 
 std::string read_text(const fs::path& path) {
@@ -215,18 +177,20 @@ void finish_save_on_rank0(const fs::path& root, const fs::path& staging, const f
                            {"weight_decay", adam.weight_decay}}},
                          {"units", units},
                          {"files", files}};
-  write_text_atomically(staging / kCheckpointMetadataFile, metadata.dump(2) + "\n");
+  write_file_atomically((staging / kCheckpointMetadataFile).string(), metadata.dump(2) + "\n");
 
   // Files a crashed earlier save of this iteration (at another W) left in the staging dir.
   for (const fs::directory_entry& entry : fs::directory_iterator(staging)) {
     if (!listed.count(entry.path().filename().string())) fs::remove_all(entry.path());
   }
-  fsync_directory(staging);
+  sync_directory(staging.string());
   // An untracked directory of this iteration is a save that crashed before the tracker.
   if (fs::exists(final_dir)) fs::remove_all(final_dir);
   fs::rename(staging, final_dir);
-  fsync_directory(root);
-  write_text_atomically(root / kLatestIterationFile, std::to_string(progress.iteration) + "\n");
+  // The rename must be durable before the tracker names the new directory.
+  sync_directory(root.string());
+  write_file_atomically((root / kLatestIterationFile).string(),
+                        std::to_string(progress.iteration) + "\n");
 }
 
 // ---------------------------------------------------------------------------------------------

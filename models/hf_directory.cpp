@@ -5,8 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace ooze::models {
@@ -55,12 +55,7 @@ void fsync_path(const fs::path& path) {
 }
 
 void write_json_file(const fs::path& path, const nlohmann::json& json) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << json.dump(2) << "\n";
-  out.flush();
-  if (!out) throw IoError("cannot write '" + path.string() + "': " + std::strerror(errno));
-  out.close();
-  fsync_path(path);
+  write_file_atomically(path.string(), json.dump(2) + "\n");
 }
 
 void check_replaceable_model_dir(const fs::path& target, const std::string& what) {

@@ -13,7 +13,7 @@ namespace ooze::models {
 
 // fsync of a file or directory (a file system that cannot sync directories is tolerated).
 void fsync_path(const std::filesystem::path& path);
-// Writes `json` (indented) to `path`; throws ooze::IoError.
+// Replaces `path` with `json` (indented) atomically and durably; throws ooze::IoError.
 void write_json_file(const std::filesystem::path& path, const nlohmann::json& json);
 // An existing `target` may be replaced only if it is a model directory (with config.json) or
 // empty, so that a mistyped output path never deletes someone's files. Throws ooze::IoError

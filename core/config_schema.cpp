@@ -1,0 +1,264 @@
+#include "core/config_schema.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "core/config_spelling.h"
+#include "core/error.h"
+
+namespace ooze {
+namespace {
+
+using config_spelling::dashes;
+using config_spelling::join;
+using config_spelling::show_json;
+using config_spelling::underscores;
+
+bool is_snake_case(const std::string& name) {
+  if (name.empty() || !std::islower(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::islower(static_cast<unsigned char>(c)) ||
+           std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Integers print without a fraction ("1", not "1.0"); other numbers as the shortest round trip.
+std::string format_number(double value) {
+  if (std::isfinite(value) && value == std::trunc(value) && std::fabs(value) < 1e15) {
+    return std::to_string(static_cast<int64_t>(value));
+  }
+  return nlohmann::json(value).dump();
+}
+
+bool number_in_range(const FieldSpec& spec, long double value) {
+  if (spec.lower) {
+    long double bound = *spec.lower;
+    if (spec.lower_inclusive ? value < bound : value <= bound) return false;
+  }
+  if (spec.upper) {
+    long double bound = *spec.upper;
+    if (spec.upper_inclusive ? value > bound : value >= bound) return false;
+  }
+  return true;
+}
+
+// Checks that a schema default satisfies the field's own declaration.
+void validate_default(const FieldSpec& spec) {
+  if (spec.is_required) return;
+  if (!spec.in_range(spec.default_value)) {
+    throw ConfigError("schema: default " + show_json(spec.default_value) + " of '" + spec.name +
+                      "' is outside its range " + spec.range_text());
+  }
+}
+
+}  // namespace
+
+std::string field_type_name(FieldType type) {
+  switch (type) {
+    case FieldType::kBool:
+      return "bool";
+    case FieldType::kInt:
+      return "int";
+    case FieldType::kDouble:
+      return "float";
+    case FieldType::kString:
+      return "string";
+    case FieldType::kEnum:
+      return "enum";
+    case FieldType::kIntList:
+      return "int list";
+    case FieldType::kStringList:
+      return "string list";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// FieldSpec
+
+FieldSpec& FieldSpec::min(double value) {
+  lower = value;
+  lower_inclusive = true;
+  validate_default(*this);
+  return *this;
+}
+
+FieldSpec& FieldSpec::greater_than(double value) {
+  lower = value;
+  lower_inclusive = false;
+  validate_default(*this);
+  return *this;
+}
+
+FieldSpec& FieldSpec::max(double value) {
+  upper = value;
+  upper_inclusive = true;
+  validate_default(*this);
+  return *this;
+}
+
+FieldSpec& FieldSpec::less_than(double value) {
+  upper = value;
+  upper_inclusive = false;
+  validate_default(*this);
+  return *this;
+}
+
+FieldSpec& FieldSpec::required() {
+  is_required = true;
+  default_value = nullptr;
+  return *this;
+}
+
+std::string FieldSpec::flag() const { return "--" + dashes(name); }
+
+std::string FieldSpec::range_text() const {
+  if (lower && upper) {
+    return std::string("in ") + (lower_inclusive ? "[" : "(") + format_number(*lower) + ", " +
+           format_number(*upper) + (upper_inclusive ? "]" : ")");
+  }
+  if (lower) return (lower_inclusive ? ">= " : "> ") + format_number(*lower);
+  if (upper) return (upper_inclusive ? "<= " : "< ") + format_number(*upper);
+  return "";
+}
+
+bool FieldSpec::in_range(const nlohmann::json& value) const {
+  switch (type) {
+    case FieldType::kInt:
+      return number_in_range(*this, static_cast<long double>(value.get<int64_t>()));
+    case FieldType::kDouble:
+      return number_in_range(*this, static_cast<long double>(value.get<double>()));
+    case FieldType::kIntList:
+      for (const auto& element : value) {
+        if (!number_in_range(*this, static_cast<long double>(element.get<int64_t>()))) {
+          return false;
+        }
+      }
+      return true;
+    default:
+      return true;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ConfigSchema
+
+ConfigSchema& ConfigSchema::section(const std::string& name) {
+  current_section_ = name;
+  return *this;
+}
+
+FieldSpec& ConfigSchema::add(const std::string& name, FieldType type, nlohmann::json default_value,
+                             const std::string& doc) {
+  if (!is_snake_case(name)) {
+    throw ConfigError("schema: field name '" + name + "' is not snake_case");
+  }
+  if (find(name) != nullptr) throw ConfigError("schema: field '" + name + "' declared twice");
+  FieldSpec spec;
+  spec.name = name;
+  spec.type = type;
+  spec.default_value = std::move(default_value);
+  spec.doc = doc;
+  spec.section = current_section_;
+  fields_.push_back(std::move(spec));
+  return fields_.back();
+}
+
+FieldSpec& ConfigSchema::add_bool(const std::string& name, bool default_value,
+                                  const std::string& doc) {
+  return add(name, FieldType::kBool, default_value, doc);
+}
+
+FieldSpec& ConfigSchema::add_int(const std::string& name, int64_t default_value,
+                                 const std::string& doc) {
+  return add(name, FieldType::kInt, default_value, doc);
+}
+
+FieldSpec& ConfigSchema::add_double(const std::string& name, double default_value,
+                                    const std::string& doc) {
+  return add(name, FieldType::kDouble, default_value, doc);
+}
+
+FieldSpec& ConfigSchema::add_string(const std::string& name, const std::string& default_value,
+                                    const std::string& doc) {
+  return add(name, FieldType::kString, default_value, doc);
+}
+
+FieldSpec& ConfigSchema::add_enum(const std::string& name, const std::vector<std::string>& choices,
+                                  const std::string& default_value, const std::string& doc) {
+  if (std::find(choices.begin(), choices.end(), default_value) == choices.end()) {
+    throw ConfigError("schema: default '" + default_value + "' of '" + name + "' is not one of {" +
+                      join(choices, ", ") + "}");
+  }
+  FieldSpec& spec = add(name, FieldType::kEnum, default_value, doc);
+  spec.choices = choices;
+  return spec;
+}
+
+FieldSpec& ConfigSchema::add_int_list(const std::string& name,
+                                      const std::vector<int64_t>& default_value,
+                                      const std::string& doc) {
+  return add(name, FieldType::kIntList, default_value, doc);
+}
+
+FieldSpec& ConfigSchema::add_string_list(const std::string& name,
+                                         const std::vector<std::string>& default_value,
+                                         const std::string& doc) {
+  return add(name, FieldType::kStringList, default_value, doc);
+}
+
+void ConfigSchema::add_check(const std::string& name, ConfigCheck check) {
+  checks_.emplace_back(name, std::move(check));
+}
+
+const FieldSpec* ConfigSchema::find(const std::string& name) const {
+  std::string key = underscores(name);
+  for (const auto& spec : fields_) {
+    if (spec.name == key) return &spec;
+  }
+  return nullptr;
+}
+
+std::string ConfigSchema::nearest_field(const std::string& name) const {
+  std::string key = underscores(name);
+  // Close means at most a third of the longer name differs (typos and truncations).
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const auto& spec : fields_) {
+    size_t distance = edit_distance(key, spec.name);
+    size_t threshold = std::max<size_t>(1, std::max(key.size(), spec.name.size()) / 3);
+    if (distance <= threshold && distance < best_distance) {
+      best = spec.name;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> ConfigSchema::sections() const {
+  std::vector<std::string> names;
+  for (const auto& spec : fields_) {
+    if (std::find(names.begin(), names.end(), spec.section) == names.end()) {
+      names.push_back(spec.section);
+    }
+  }
+  return names;
+}
+
+}  // namespace ooze
