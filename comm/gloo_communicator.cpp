@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/collective_checks.h"
 #include "comm/comm_error.h"
 #include "comm/reduce_kernels.h"
 
@@ -121,7 +122,8 @@ class GlooCommunicator final : public Communicator {
         // Keep part of the budget to find out which ranks are missing, so the error still
         // arrives within the timeout.
         grace_(std::clamp(timeout / 10, milliseconds(100), milliseconds(2000))),
-        host_(std::move(host)) {
+        host_(std::move(host)),
+        checks_(name_, rank_, size_, DeviceRule::cpu()) {
     rendezvous();
     worker_ = std::thread([this] { run_operations(); });
     waiter_ = std::thread([this] { complete_transfers(); });
@@ -146,9 +148,9 @@ class GlooCommunicator final : public Communicator {
 
   WorkPtr all_reduce_async(const at::Tensor& tensor, ReduceOp op) override {
     std::string what = std::string("all_reduce(") + reduce_op_name(op) + ")";
-    check_cpu(what, "tensor", tensor);
-    check_contiguous(what, "tensor", tensor);
-    check_reducible(what, tensor.scalar_type(), op);
+    checks_.placed(what, "tensor", tensor);
+    checks_.contiguous(what, "tensor", tensor);
+    checks_.reducible(what, "tensor", tensor, op);
     ReduceKernel kernel = reduce_kernel(tensor.scalar_type(), op);
     return enqueue(what, describe_tensor(tensor), [this, tensor, op, kernel](uint32_t tag) {
       if (tensor.numel() == 0) return;
@@ -163,72 +165,43 @@ class GlooCommunicator final : public Communicator {
   }
 
   WorkPtr all_gather_async(const at::Tensor& output, const at::Tensor& input) override {
-    return all_gather_v_async(output, input,
-                              std::vector<int64_t>(static_cast<size_t>(size_), input.numel()));
+    const std::string what = "all_gather";
+    check_gather_tensors(what, output, input);
+    checks_.even_split(what, "output", output, "input", input);
+    return run_all_gather(what, output, input,
+                          std::vector<int64_t>(static_cast<size_t>(size_), input.numel()));
   }
 
   WorkPtr all_gather_v_async(const at::Tensor& output, const at::Tensor& input,
                              const std::vector<int64_t>& counts) override {
     const std::string what = "all_gather";
-    check_cpu(what, "input", input);
-    check_cpu(what, "output", output);
-    check_contiguous(what, "output", output);
-    check_same_dtype(what, output, input);
-    check_counts(what, counts, input.numel(), output.numel(), "input", "output");
-    at::Tensor in = input.contiguous();
-    return enqueue(what, describe_tensor(output), [this, output, in, counts](uint32_t tag) {
-      if (output.numel() == 0) return;
-      const size_t element = static_cast<size_t>(in.element_size());
-      bool even =
-          std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
-      if (even) {
-        gloo::AllgatherOptions opts(context_);
-        opts.setInput(static_cast<uint8_t*>(in.data_ptr()), in.numel() * element);
-        opts.setOutput(static_cast<uint8_t*>(output.data_ptr()), output.numel() * element);
-        opts.setTag(tag);
-        opts.setTimeout(op_timeout());
-        gloo::allgather(opts);
-      } else {
-        std::vector<size_t> bytes;
-        for (int64_t c : counts) bytes.push_back(static_cast<size_t>(c) * element);
-        gloo::AllgathervOptions opts(context_);
-        opts.setInput(static_cast<uint8_t*>(in.data_ptr()), in.numel() * element);
-        opts.setOutput(static_cast<uint8_t*>(output.data_ptr()), bytes);
-        opts.setTag(tag);
-        opts.setTimeout(op_timeout());
-        gloo::allgatherv(opts);
-      }
-    });
+    check_gather_tensors(what, output, input);
+    checks_.counts(what, counts, "output", output, "input", input);
+    return run_all_gather(what, output, input, counts);
   }
 
   WorkPtr reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
                                ReduceOp op) override {
-    return reduce_scatter_v_async(
-        output, input, std::vector<int64_t>(static_cast<size_t>(size_), output.numel()), op);
+    std::string what = std::string("reduce_scatter(") + reduce_op_name(op) + ")";
+    check_reduce_scatter_tensors(what, output, input, op);
+    checks_.even_split(what, "input", input, "output", output);
+    return run_reduce_scatter(what, output, input,
+                              std::vector<int64_t>(static_cast<size_t>(size_), output.numel()), op);
   }
 
   WorkPtr reduce_scatter_v_async(const at::Tensor& output, const at::Tensor& input,
                                  const std::vector<int64_t>& counts, ReduceOp op) override {
     std::string what = std::string("reduce_scatter(") + reduce_op_name(op) + ")";
-    check_cpu(what, "input", input);
-    check_cpu(what, "output", output);
-    check_contiguous(what, "output", output);
-    check_same_dtype(what, output, input);
-    check_reducible(what, input.scalar_type(), op);
-    check_counts(what, counts, output.numel(), input.numel(), "output", "input");
-    ReduceKernel kernel = reduce_kernel(input.scalar_type(), op);
-    at::Tensor in = input.contiguous();
-    return enqueue(what, describe_tensor(input), [=](uint32_t tag) {
-      ring_reduce_scatter(output, in, counts, kernel, tag);
-      if (op == ReduceOp::AVG) output.div_(size_);
-    });
+    check_reduce_scatter_tensors(what, output, input, op);
+    checks_.counts(what, counts, "input", input, "output", output);
+    return run_reduce_scatter(what, output, input, counts, op);
   }
 
   WorkPtr broadcast_async(const at::Tensor& tensor, int root) override {
     const std::string what = "broadcast(root " + std::to_string(root) + ")";
-    check_cpu(what, "tensor", tensor);
-    check_contiguous(what, "tensor", tensor);
-    check_peer(what, "root", root);
+    checks_.placed(what, "tensor", tensor);
+    checks_.contiguous(what, "tensor", tensor);
+    checks_.peer(what, "root", root);
     return enqueue(what, describe_tensor(tensor), [this, tensor, root](uint32_t tag) {
       if (tensor.numel() == 0) return;
       gloo::BroadcastOptions opts(context_);
@@ -243,17 +216,17 @@ class GlooCommunicator final : public Communicator {
   WorkPtr send_async(const at::Tensor& tensor, int dst, uint32_t tag) override {
     const std::string what =
         "send(to " + std::to_string(dst) + ", tag " + std::to_string(tag) + ")";
-    check_cpu(what, "tensor", tensor);
-    check_peer(what, "destination", dst);
+    checks_.placed(what, "tensor", tensor);
+    checks_.peer(what, "destination", dst);
     return post_transfer(what, tensor.contiguous(), /*is_send=*/true, dst, tag);
   }
 
   WorkPtr recv_async(const at::Tensor& tensor, int src, uint32_t tag) override {
     const std::string what =
         "recv(from " + std::to_string(src) + ", tag " + std::to_string(tag) + ")";
-    check_cpu(what, "tensor", tensor);
-    check_contiguous(what, "tensor", tensor);
-    check_peer(what, "source", src);
+    checks_.placed(what, "tensor", tensor);
+    checks_.contiguous(what, "tensor", tensor);
+    checks_.peer(what, "source", src);
     return post_transfer(what, tensor, /*is_send=*/false, src, tag);
   }
 
@@ -315,68 +288,63 @@ class GlooCommunicator final : public Communicator {
            "' (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
   }
 
-  // --- argument checks: bad calls fail at once, in the caller's thread -------------------
+  // --- argument checks (collective_checks.h): bad calls fail at once, in the caller's thread
 
-  [[noreturn]] void invalid(const std::string& what, const std::string& problem) const {
-    throw CommError(what + " in group '" + name_ + "': " + problem);
+  // Inputs may be non-contiguous (they are copied); outputs are written in place.
+  void check_gather_tensors(const std::string& what, const at::Tensor& output,
+                            const at::Tensor& input) const {
+    checks_.placed(what, "input", input);
+    checks_.placed(what, "output", output);
+    checks_.contiguous(what, "output", output);
+    checks_.same_dtype(what, output, input);
   }
-  void check_cpu(const std::string& what, const char* arg, const at::Tensor& t) const {
-    if (!t.defined()) invalid(what, std::string(arg) + " is an undefined tensor");
-    if (!t.device().is_cpu()) {
-      invalid(what, std::string(arg) + " is on " + t.device().str() +
-                        "; the gloo backend takes CPU tensors (use the nccl backend for CUDA)");
-    }
+  void check_reduce_scatter_tensors(const std::string& what, const at::Tensor& output,
+                                    const at::Tensor& input, ReduceOp op) const {
+    check_gather_tensors(what, output, input);
+    checks_.reducible(what, "input", input, op);
   }
-  void check_contiguous(const std::string& what, const char* arg, const at::Tensor& t) const {
-    if (!t.is_contiguous()) {
-      invalid(what, std::string(arg) + " " + describe_tensor(t) +
-                        " must be contiguous because the result is written into it");
-    }
+
+  // --- checked operations ------------------------------------------------------------------
+
+  // Runs a checked all-gather: counts[r] elements of rank r, evenly or not.
+  WorkPtr run_all_gather(const std::string& what, const at::Tensor& output, const at::Tensor& input,
+                         const std::vector<int64_t>& counts) {
+    at::Tensor in = input.contiguous();
+    return enqueue(what, describe_tensor(output), [this, output, in, counts](uint32_t tag) {
+      if (output.numel() == 0) return;
+      const size_t element = static_cast<size_t>(in.element_size());
+      bool even =
+          std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+      if (even) {
+        gloo::AllgatherOptions opts(context_);
+        opts.setInput(static_cast<uint8_t*>(in.data_ptr()), in.numel() * element);
+        opts.setOutput(static_cast<uint8_t*>(output.data_ptr()), output.numel() * element);
+        opts.setTag(tag);
+        opts.setTimeout(op_timeout());
+        gloo::allgather(opts);
+      } else {
+        std::vector<size_t> bytes;
+        for (int64_t c : counts) bytes.push_back(static_cast<size_t>(c) * element);
+        gloo::AllgathervOptions opts(context_);
+        opts.setInput(static_cast<uint8_t*>(in.data_ptr()), in.numel() * element);
+        opts.setOutput(static_cast<uint8_t*>(output.data_ptr()), bytes);
+        opts.setTag(tag);
+        opts.setTimeout(op_timeout());
+        gloo::allgatherv(opts);
+      }
+    });
   }
-  void check_same_dtype(const std::string& what, const at::Tensor& out,
-                        const at::Tensor& in) const {
-    if (out.scalar_type() != in.scalar_type()) {
-      invalid(what, std::string("output dtype ") + at::toString(out.scalar_type()) +
-                        " differs from input dtype " + at::toString(in.scalar_type()));
-    }
-  }
-  void check_reducible(const std::string& what, at::ScalarType dtype, ReduceOp op) const {
-    if (op == ReduceOp::AVG && !at::isFloatingType(dtype)) {
-      invalid(what, std::string("avg needs a floating-point dtype, got ") + at::toString(dtype));
-    }
-    try {
-      reduce_kernel(dtype, op);
-    } catch (const CommError& e) {
-      invalid(what, e.what());
-    }
-  }
-  void check_peer(const std::string& what, const char* role, int peer) const {
-    if (peer < 0 || peer >= size_) {
-      invalid(what, std::string(role) + " " + std::to_string(peer) + " is not a rank in 0.." +
-                        std::to_string(size_ - 1));
-    }
-  }
-  // counts[r] elements belong to rank r: counts has one entry per rank, counts[rank] equals
-  // the per-rank tensor and the counts add up to the flat tensor.
-  void check_counts(const std::string& what, const std::vector<int64_t>& counts, int64_t mine,
-                    int64_t total, const char* mine_name, const char* total_name) const {
-    if (static_cast<int>(counts.size()) != size_) {
-      invalid(what, "counts has " + std::to_string(counts.size()) + " entries for " +
-                        std::to_string(size_) + " ranks");
-    }
-    if (std::any_of(counts.begin(), counts.end(), [](int64_t c) { return c < 0; })) {
-      invalid(what, "counts must not be negative");
-    }
-    if (counts[static_cast<size_t>(rank_)] != mine) {
-      invalid(what, std::string(mine_name) + " has " + std::to_string(mine) +
-                        " elements but counts[" + std::to_string(rank_) + "] is " +
-                        std::to_string(counts[static_cast<size_t>(rank_)]));
-    }
-    int64_t sum = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-    if (sum != total) {
-      invalid(what, std::string(total_name) + " has " + std::to_string(total) +
-                        " elements but the ranks' counts add up to " + std::to_string(sum));
-    }
+
+  // Runs a checked reduce-scatter: rank r keeps the counts[r] elements of chunk r.
+  WorkPtr run_reduce_scatter(const std::string& what, const at::Tensor& output,
+                             const at::Tensor& input, const std::vector<int64_t>& counts,
+                             ReduceOp op) {
+    ReduceKernel kernel = reduce_kernel(input.scalar_type(), op);
+    at::Tensor in = input.contiguous();
+    return enqueue(what, describe_tensor(input), [=](uint32_t tag) {
+      ring_reduce_scatter(output, in, counts, kernel, tag);
+      if (op == ReduceOp::AVG) output.div_(size_);
+    });
   }
 
   // --- rendezvous ------------------------------------------------------------------------
@@ -677,6 +645,7 @@ class GlooCommunicator final : public Communicator {
   milliseconds timeout_;
   milliseconds grace_;
   std::string host_;
+  CollectiveChecks checks_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   at::Tensor scratch_;  // ring reduce-scatter buffers, used by the operation thread only
 

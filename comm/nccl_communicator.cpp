@@ -16,6 +16,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include "comm/collective_checks.h"
 #include "comm/comm_error.h"
 #include "core/logging.h"
 
@@ -125,17 +126,15 @@ class Backoff {
   std::chrono::microseconds delay_{20};
 };
 
-// The dtypes NCCL can carry, with the names error messages use.
+// The dtypes NCCL can carry (error messages name them with dtype_name()).
 struct DtypeInfo {
   at::ScalarType torch;
   ncclDataType_t nccl;
-  const char* name;
 };
 const DtypeInfo kDtypes[] = {
-    {at::kFloat, ncclFloat32, "float32"}, {at::kDouble, ncclFloat64, "float64"},
-    {at::kHalf, ncclFloat16, "float16"},  {at::kBFloat16, ncclBfloat16, "bfloat16"},
-    {at::kInt, ncclInt32, "int32"},       {at::kLong, ncclInt64, "int64"},
-    {at::kChar, ncclInt8, "int8"},        {at::kByte, ncclUint8, "uint8"},
+    {at::kFloat, ncclFloat32},     {at::kDouble, ncclFloat64}, {at::kHalf, ncclFloat16},
+    {at::kBFloat16, ncclBfloat16}, {at::kInt, ncclInt32},      {at::kLong, ncclInt64},
+    {at::kChar, ncclInt8},         {at::kByte, ncclUint8},
 };
 
 const DtypeInfo* find_dtype(at::ScalarType type) {
@@ -143,11 +142,6 @@ const DtypeInfo* find_dtype(at::ScalarType type) {
     if (info.torch == type) return &info;
   }
   return nullptr;
-}
-
-std::string dtype_name(at::ScalarType type) {
-  const DtypeInfo* info = find_dtype(type);
-  return info ? info->name : c10::toString(type);
 }
 
 ncclRedOp_t to_nccl_op(ReduceOp op) {
@@ -233,7 +227,8 @@ class NcclCommunicator final : public Communicator,
         name_(std::move(name)),
         timeout_(timeout),
         device_(device),
-        store_ranks_(std::move(store_ranks)) {}
+        store_ranks_(std::move(store_ranks)),
+        checks_(name_, rank_, size_, DeviceRule::cuda(device)) {}
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -284,14 +279,10 @@ class NcclCommunicator final : public Communicator,
   std::string describe_absent_ranks();
 
   std::string where(const std::string& op) const;
-  CommError invalid(const char* op, const std::string& what) const;
+  // The shared rules (collective_checks.h) plus NCCL's own: contiguous, a dtype NCCL carries.
   ncclDataType_t check_tensor(const char* op, const char* role, const at::Tensor& tensor) const;
   ncclDataType_t check_pair(const char* op, const at::Tensor& output,
                             const at::Tensor& input) const;
-  void check_reduce_op(const char* op, const at::Tensor& tensor, ReduceOp reduce) const;
-  void check_rank(const char* op, const char* role, int peer) const;
-  void check_counts(const char* op, const std::vector<int64_t>& counts, const char* whole_role,
-                    const at::Tensor& whole, const char* own_role, const at::Tensor& own) const;
 
   const std::shared_ptr<Store> store_;
   const int rank_;
@@ -300,6 +291,7 @@ class NcclCommunicator final : public Communicator,
   const std::chrono::milliseconds timeout_;
   const int device_;
   const std::vector<int> store_ranks_;
+  const CollectiveChecks checks_;
 
   // Guards everything below. NCCL calls on one communicator must not run concurrently.
   std::mutex mutex_;
@@ -484,33 +476,15 @@ void NcclCommunicator::throw_if_broken(const std::string& op) const {
 
 // ---- argument checks ------------------------------------------------------------------------
 
-CommError NcclCommunicator::invalid(const char* op, const std::string& what) const {
-  return CommError(where(op) + what);
-}
-
 ncclDataType_t NcclCommunicator::check_tensor(const char* op, const char* role,
                                               const at::Tensor& tensor) const {
-  const std::string subject = std::string(role) + " ";
-  if (!tensor.defined()) throw invalid(op, subject + "is an undefined tensor");
-  if (tensor.layout() != at::kStrided) throw invalid(op, subject + "is not a dense tensor");
-  const std::string here = "cuda:" + std::to_string(device_);
-  if (!tensor.is_cuda()) {
-    throw invalid(op, subject + "is on " + tensor.device().str() +
-                          ", but the NCCL backend needs CUDA tensors on " + here +
-                          " (move it there, or use the Gloo backend for CPU tensors)");
-  }
-  if (tensor.device().index() != device_) {
-    throw invalid(
-        op, subject + "is on " + tensor.device().str() + ", but this communicator uses " + here);
-  }
-  if (!tensor.is_contiguous()) {
-    throw invalid(op, subject + "is not contiguous; pass tensor.contiguous() and copy back");
-  }
+  checks_.placed(op, role, tensor);
+  checks_.contiguous(op, role, tensor);
   const DtypeInfo* dtype = find_dtype(tensor.scalar_type());
   if (!dtype) {
-    throw invalid(op, subject + "has dtype " + dtype_name(tensor.scalar_type()) +
-                          ", which the NCCL backend does not support (float32, float64, "
-                          "float16, bfloat16, int32, int64, int8, uint8)");
+    checks_.fail(op, std::string(role) + " has dtype " + dtype_name(tensor.scalar_type()) +
+                         ", which the NCCL backend does not support (float32, float64, "
+                         "float16, bfloat16, int32, int64, int8, uint8)");
   }
   return dtype->nccl;
 }
@@ -519,52 +493,8 @@ ncclDataType_t NcclCommunicator::check_pair(const char* op, const at::Tensor& ou
                                             const at::Tensor& input) const {
   ncclDataType_t type = check_tensor(op, "output", output);
   check_tensor(op, "input", input);
-  if (output.scalar_type() != input.scalar_type()) {
-    throw invalid(op, "output dtype " + dtype_name(output.scalar_type()) +
-                          " does not match input dtype " + dtype_name(input.scalar_type()));
-  }
+  checks_.same_dtype(op, output, input);
   return type;
-}
-
-void NcclCommunicator::check_reduce_op(const char* op, const at::Tensor& tensor,
-                                       ReduceOp reduce) const {
-  if (reduce == ReduceOp::AVG && !at::isFloatingType(tensor.scalar_type())) {
-    throw invalid(op, std::string("reduce op avg needs a floating-point dtype, got ") +
-                          dtype_name(tensor.scalar_type()) + "; use sum and divide yourself");
-  }
-}
-
-void NcclCommunicator::check_rank(const char* op, const char* role, int peer) const {
-  if (peer < 0 || peer >= size_) {
-    throw invalid(op, std::string(role) + " " + std::to_string(peer) +
-                          " is out of range; the group has ranks 0.." + std::to_string(size_ - 1));
-  }
-}
-
-void NcclCommunicator::check_counts(const char* op, const std::vector<int64_t>& counts,
-                                    const char* whole_role, const at::Tensor& whole,
-                                    const char* own_role, const at::Tensor& own) const {
-  if (counts.size() != static_cast<size_t>(size_)) {
-    throw invalid(op, "counts has " + std::to_string(counts.size()) +
-                          " entries, but the group has " + std::to_string(size_) + " ranks");
-  }
-  int64_t total = 0;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    if (counts[r] < 0) {
-      throw invalid(
-          op, "counts[" + std::to_string(r) + "] is negative (" + std::to_string(counts[r]) + ")");
-    }
-    total += counts[r];
-  }
-  if (whole.numel() != total) {
-    throw invalid(op, std::string(whole_role) + " has " + std::to_string(whole.numel()) +
-                          " elements, but counts sum to " + std::to_string(total));
-  }
-  if (own.numel() != counts[rank_]) {
-    throw invalid(op, std::string(own_role) + " has " + std::to_string(own.numel()) +
-                          " elements, but counts[" + std::to_string(rank_) + "] is " +
-                          std::to_string(counts[rank_]));
-  }
 }
 
 // ---- issuing and waiting --------------------------------------------------------------------
@@ -706,7 +636,7 @@ bool NcclCommunicator::poll(PendingOp& op) {
 WorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& tensor, ReduceOp reduce) {
   const char* op = "all_reduce";
   ncclDataType_t type = check_tensor(op, "tensor", tensor);
-  check_reduce_op(op, tensor, reduce);
+  checks_.reducible(op, "tensor", tensor, reduce);
   void* data = tensor.data_ptr();
   size_t count = static_cast<size_t>(tensor.numel());
   return launch(op, {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
@@ -718,11 +648,7 @@ WorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& tensor, ReduceOp re
 WorkPtr NcclCommunicator::all_gather_async(const at::Tensor& output, const at::Tensor& input) {
   const char* op = "all_gather";
   ncclDataType_t type = check_pair(op, output, input);
-  if (output.numel() != size_ * input.numel()) {
-    throw invalid(op, "output has " + std::to_string(output.numel()) + " elements; expected " +
-                          std::to_string(size_) + " ranks x " + std::to_string(input.numel()) +
-                          " input elements = " + std::to_string(size_ * input.numel()));
-  }
+  checks_.even_split(op, "output", output, "input", input);
   const void* send = input.data_ptr();
   void* recv = output.data_ptr();
   size_t count = static_cast<size_t>(input.numel());
@@ -738,7 +664,7 @@ WorkPtr NcclCommunicator::all_gather_v_async(const at::Tensor& output, const at:
                                              const std::vector<int64_t>& counts) {
   const char* op = "all_gather_v";
   ncclDataType_t type = check_pair(op, output, input);
-  check_counts(op, counts, "output", output, "input", input);
+  checks_.counts(op, counts, "output", output, "input", input);
   void* send = input.data_ptr();
   void* recv = output.data_ptr();
   size_t element_size = output.element_size();
@@ -764,12 +690,8 @@ WorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& output, const a
                                                ReduceOp reduce) {
   const char* op = "reduce_scatter";
   ncclDataType_t type = check_pair(op, output, input);
-  check_reduce_op(op, input, reduce);
-  if (input.numel() != size_ * output.numel()) {
-    throw invalid(op, "input has " + std::to_string(input.numel()) + " elements; expected " +
-                          std::to_string(size_) + " ranks x " + std::to_string(output.numel()) +
-                          " output elements = " + std::to_string(size_ * output.numel()));
-  }
+  checks_.reducible(op, "input", input, reduce);
+  checks_.even_split(op, "input", input, "output", output);
   const void* send = input.data_ptr();
   void* recv = output.data_ptr();
   size_t count = static_cast<size_t>(output.numel());
@@ -786,8 +708,8 @@ WorkPtr NcclCommunicator::reduce_scatter_v_async(const at::Tensor& output, const
                                                  ReduceOp reduce) {
   const char* op = "reduce_scatter_v";
   ncclDataType_t type = check_pair(op, output, input);
-  check_reduce_op(op, input, reduce);
-  check_counts(op, counts, "input", input, "output", output);
+  checks_.reducible(op, "input", input, reduce);
+  checks_.counts(op, counts, "input", input, "output", output);
   void* send = input.data_ptr();
   void* recv = output.data_ptr();
   size_t element_size = input.element_size();
@@ -812,7 +734,7 @@ WorkPtr NcclCommunicator::reduce_scatter_v_async(const at::Tensor& output, const
 WorkPtr NcclCommunicator::broadcast_async(const at::Tensor& tensor, int root) {
   const char* op = "broadcast";
   ncclDataType_t type = check_tensor(op, "tensor", tensor);
-  check_rank(op, "root", root);
+  checks_.peer(op, "root", root);
   void* data = tensor.data_ptr();
   size_t count = static_cast<size_t>(tensor.numel());
   return launch(op, {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
@@ -825,8 +747,8 @@ WorkPtr NcclCommunicator::broadcast_async(const at::Tensor& tensor, int root) {
 WorkPtr NcclCommunicator::send_async(const at::Tensor& tensor, int dst, uint32_t /*tag*/) {
   const char* op = "send";
   ncclDataType_t type = check_tensor(op, "tensor", tensor);
-  check_rank(op, "destination rank", dst);
-  if (dst == rank_) throw invalid(op, "sending to oneself is not supported; copy the tensor");
+  checks_.peer(op, "destination rank", dst);
+  if (dst == rank_) checks_.fail(op, "sending to oneself is not supported; copy the tensor");
   const void* data = tensor.data_ptr();
   size_t count = static_cast<size_t>(tensor.numel());
   return launch(op, {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
@@ -837,8 +759,8 @@ WorkPtr NcclCommunicator::send_async(const at::Tensor& tensor, int dst, uint32_t
 WorkPtr NcclCommunicator::recv_async(const at::Tensor& tensor, int src, uint32_t /*tag*/) {
   const char* op = "recv";
   ncclDataType_t type = check_tensor(op, "tensor", tensor);
-  check_rank(op, "source rank", src);
-  if (src == rank_) throw invalid(op, "receiving from oneself is not supported; copy the tensor");
+  checks_.peer(op, "source rank", src);
+  if (src == rank_) checks_.fail(op, "receiving from oneself is not supported; copy the tensor");
   void* data = tensor.data_ptr();
   size_t count = static_cast<size_t>(tensor.numel());
   return launch(op, {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
@@ -858,21 +780,21 @@ WorkPtr NcclCommunicator::barrier_async() {
 std::shared_ptr<Communicator> NcclCommunicator::new_group(const std::vector<int>& ranks,
                                                           const std::string& name) {
   const char* op = "new_group";
-  if (name.empty()) throw invalid(op, "the new group needs a non-empty name");
-  if (ranks.empty()) throw invalid(op, "ranks is empty");
+  if (name.empty()) checks_.fail(op, "the new group needs a non-empty name");
+  if (ranks.empty()) checks_.fail(op, "ranks is empty");
   std::vector<int> child_store_ranks;
   int child_rank = -1;
   for (size_t i = 0; i < ranks.size(); ++i) {
-    check_rank(op, "member rank", ranks[i]);
+    checks_.peer(op, "member rank", ranks[i]);
     if (std::count(ranks.begin(), ranks.end(), ranks[i]) > 1) {
-      throw invalid(op, "rank " + std::to_string(ranks[i]) + " appears twice in " + join(ranks));
+      checks_.fail(op, "rank " + std::to_string(ranks[i]) + " appears twice in " + join(ranks));
     }
     if (ranks[i] == rank_) child_rank = static_cast<int>(i);
     child_store_ranks.push_back(store_ranks_[ranks[i]]);
   }
   if (child_rank < 0) {
-    throw invalid(op, "this rank is not in " + join(ranks) +
-                          "; only the members of a new group call new_group");
+    checks_.fail(op, "this rank is not in " + join(ranks) +
+                         "; only the members of a new group call new_group");
   }
   auto child = std::make_shared<NcclCommunicator>(
       store_, child_rank, static_cast<int>(ranks.size()), name_ + "/" + name, timeout_, device_,
