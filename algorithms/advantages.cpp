@@ -161,8 +161,15 @@ std::vector<at::Tensor> kl_penalized_token_rewards(const at::Tensor& rewards,
   out.reserve(response_masks.size());
   for (size_t i = 0; i < response_masks.size(); ++i) {
     const at::Tensor& mask = response_masks[i];
-    at::Tensor token_rewards = kl.empty() ? at::zeros({mask.numel()}, mask.options().dtype(dtype))
-                                          : kl[i].to(mask.device(), dtype) * (-kl_coef);
+    at::Tensor token_rewards = at::zeros({mask.numel()}, mask.options().dtype(dtype));
+    if (!kl.empty()) {
+      // Tokens outside the loss mask (tool output, ...) were not produced by the policy: their
+      // KL says nothing about it, so they carry no penalty. where() rather than a product keeps
+      // them exactly 0 even if their KL is not finite.
+      at::Tensor weight = mask.to(mask.device(), dtype);
+      at::Tensor penalty = kl[i].to(mask.device(), dtype) * weight * (-kl_coef);
+      token_rewards = at::where(weight > 0, penalty, token_rewards);
+    }
     at::Tensor counted = at::nonzero(mask.to(at::kCPU) > 0);
     if (counted.numel() > 0) {
       int64_t last = counted[-1][0].item<int64_t>();

@@ -8,8 +8,9 @@
 //                      (--disable-grpo-std-normalization: no division, Dr.GRPO), on every token
 //   rloo               reward minus the mean of the other samples of its group
 //   reinforce_plus_plus
-//                      token rewards -kl_coef * KL_t, plus the reward on the last counted response
-//                      token; advantage = discounted return sum_k gamma^(k-t) r_k
+//                      token rewards -kl_coef * mask_t * KL_t (no penalty on tokens outside the
+//                      loss mask), plus the reward on the last counted response token (mask 1);
+//                      advantage = discounted return sum_k gamma^(k-t) r_k
 //   reinforce_plus_plus_baseline
 //                      reward minus its group's mean, minus kl_coef * KL_t on every token
 //   ppo                GAE(gamma, lambd) over the critic's values with the token rewards of
@@ -101,8 +102,12 @@ at::Tensor group_normalized_rewards(const at::Tensor& rewards, int64_t group_siz
 // [N]: each reward minus the mean of the other rewards of its group (0 for a group of one).
 at::Tensor leave_one_out_rewards(const at::Tensor& rewards, int64_t group_size);
 
-// N x [R_i]: -kl_coef * kl_i (zeros when `kl` is empty), plus rewards[i] on the last token whose
-// mask is 1 (nowhere when there is none).
+// N x [R_i]: -kl_coef * mask_i * kl_i (zeros when `kl` is empty), plus rewards[i] on the last
+// token whose mask is 1 (nowhere when there is none). Tokens whose mask is 0 (tool output inside
+// a multi-turn sample, padding after the last counted token) carry exactly 0 besides: the policy
+// did not produce them, so their KL is no penalty on it, and it must not leak into the returns of
+// the tokens before them. The reward lands on the last counted token, not the last token, so
+// masked tokens after it carry nothing at all.
 std::vector<at::Tensor> kl_penalized_token_rewards(const at::Tensor& rewards,
                                                    const std::vector<at::Tensor>& kl,
                                                    const std::vector<at::Tensor>& response_masks,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -102,9 +103,12 @@ Vec reference_leave_one_out(const Vec& rewards, int group) {
   return out;
 }
 
+// The KL penalises only tokens inside the loss mask; the reward lands on the last counted token.
 Vec reference_token_rewards(double reward, const Vec& kl, const Vec& mask, double kl_coef) {
-  Vec out(kl.size());
-  for (size_t t = 0; t < kl.size(); ++t) out[t] = -kl_coef * kl[t];
+  Vec out(kl.size(), 0.0);
+  for (size_t t = 0; t < kl.size(); ++t) {
+    if (mask[t] > 0) out[t] = -kl_coef * mask[t] * kl[t];
+  }
   for (int t = static_cast<int>(mask.size()) - 1; t >= 0; --t) {
     if (mask[t] > 0) {
       out[t] += reward;
@@ -268,6 +272,141 @@ TEST(AdvantagesTest, PpoIsGaeOverKlPenalisedRewards) {
   EXPECT_FALSE(options.whitens_advantages());
   options.normalize_advantages = true;
   EXPECT_TRUE(options.whitens_advantages());
+}
+
+// Multi-turn samples: masks with holes in the middle (tool output) and at the end, a sample with
+// nothing counted, and one without holes. The KL is large on the masked tokens, so any penalty
+// that leaked there would show in the returns of the tokens before them.
+Samples samples_with_mask_holes() {
+  Samples s;
+  s.rewards = {2.0, -1.0, 0.5, 1.5};
+  s.masks = {{1, 1, 0, 0, 1, 1, 0, 0}, {0, 1, 0, 1, 0}, {0, 0, 0}, {1, 1, 1}};
+  s.kl = {{0.1, -0.2, 5.0, 7.0, 0.3, 0.05, 9.0, 11.0},
+          {4.0, 0.2, -6.0, 0.1, 8.0},
+          {3.0, 3.0, 3.0},
+          {0.1, 0.2, 0.3}};
+  s.values = {{0.5, -0.1, 0.3, 0.2, 0.9, -0.4, 0.7, 0.1},
+              {0.2, 0.3, -0.5, 0.6, 0.4},
+              {0.1, 0.2, 0.3},
+              {-0.3, 0.0, 0.8}};
+  return s;
+}
+
+TEST(AdvantagesTest, MaskedTokensCarryNoKlPenalty) {
+  Samples s = samples_with_mask_holes();
+  const double kl_coef = 0.3;
+  AdvantageInputs in = s.inputs(2);
+  std::vector<at::Tensor> token_rewards =
+      kl_penalized_token_rewards(in.rewards, in.kl, in.response_masks, kl_coef);
+  ASSERT_EQ(token_rewards.size(), s.rewards.size());
+  for (size_t i = 0; i < s.rewards.size(); ++i) {
+    expect_near_vec(reference_token_rewards(s.rewards[i], s.kl[i], s.masks[i], kl_coef),
+                    token_rewards[i], 1e-15, "token rewards " + std::to_string(i));
+    Vec got = vec_of(token_rewards[i]);
+    for (size_t t = 0; t < got.size(); ++t) {
+      if (s.masks[i][t] == 0) EXPECT_EQ(got[t], 0.0) << "sample " << i << " token " << t;
+    }
+  }
+  // The reward lands on the last counted token (5), not on the masked last token (7) ...
+  Vec first = vec_of(token_rewards[0]);
+  EXPECT_NEAR(first[5], 2.0 - kl_coef * 0.05, 1e-15);
+  EXPECT_EQ(first[7], 0.0);
+  EXPECT_NEAR(first[0], -kl_coef * 0.1, 1e-15);
+  EXPECT_NEAR(vec_of(token_rewards[1])[3], -1.0 - kl_coef * 0.1, 1e-15);
+  // ... and nowhere when nothing counts.
+  for (double v : vec_of(token_rewards[2])) EXPECT_EQ(v, 0.0);
+
+  // A non-finite KL on a masked token (e.g. log-probs of tool output) does not poison anything.
+  Vec odd_kl = s.kl[1];
+  odd_kl[0] = std::numeric_limits<double>::infinity();
+  odd_kl[2] = std::numeric_limits<double>::quiet_NaN();
+  in.kl[1] = tensor_of(odd_kl);
+  token_rewards = kl_penalized_token_rewards(in.rewards, in.kl, in.response_masks, kl_coef);
+  expect_near_vec(reference_token_rewards(s.rewards[1], s.kl[1], s.masks[1], kl_coef),
+                  token_rewards[1], 1e-15, "token rewards with non-finite masked KL");
+}
+
+TEST(AdvantagesTest, ReinforcePlusPlusReturnsIgnoreKlOfMaskedTokens) {
+  Samples s = samples_with_mask_holes();
+  AdvantageOptions options = options_for(AdvantageEstimator::kReinforcePlusPlus);
+  options.kl_coef = 0.3;
+  options.gamma = 0.9;
+  AdvantageResult result = compute_advantages(s.inputs(2), options);
+  for (size_t i = 0; i < s.rewards.size(); ++i) {
+    // Independently: r_t = -kl_coef * KL_t on counted tokens, + reward on the last counted one;
+    // G_t = sum_{k >= t} gamma^(k-t) r_k.
+    const Vec& mask = s.masks[i];
+    const size_t n = mask.size();
+    int last_counted = -1;
+    for (size_t t = 0; t < n; ++t) {
+      if (mask[t] > 0) last_counted = static_cast<int>(t);
+    }
+    Vec expected(n, 0.0);
+    for (size_t t = 0; t < n; ++t) {
+      double discount = 1.0;
+      for (size_t k = t; k < n; ++k, discount *= options.gamma) {
+        double r = mask[k] > 0 ? -options.kl_coef * s.kl[i][k] : 0.0;
+        if (static_cast<int>(k) == last_counted) r += s.rewards[i];
+        expected[t] += discount * r;
+      }
+    }
+    expect_near_vec(expected, result.advantages[i], 1e-12, "rf++ " + std::to_string(i));
+    expect_near_vec(expected, result.returns[i], 1e-12, "rf++ returns " + std::to_string(i));
+  }
+  // By hand, sample 0 token 4: -0.3 * 0.3 + 0.9 * (2 - 0.3 * 0.05); tokens 6, 7 after the last
+  // counted one return 0.
+  Vec first = vec_of(result.advantages[0]);
+  EXPECT_NEAR(first[4], -0.09 + 0.9 * 1.985, 1e-12);
+  EXPECT_EQ(first[6], 0.0);
+  EXPECT_EQ(first[7], 0.0);
+  // Had the masked tokens been penalised, token 0 would differ by far more than rounding.
+  double leaked = 0, discount = 1;
+  for (size_t k = 0; k < s.kl[0].size(); ++k, discount *= options.gamma) {
+    if (s.masks[0][k] == 0) leaked += discount * options.kl_coef * s.kl[0][k];
+  }
+  EXPECT_GT(leaked, 1.0);
+}
+
+TEST(AdvantagesTest, PpoGaeIgnoresKlOfMaskedTokens) {
+  Samples s = samples_with_mask_holes();
+  AdvantageOptions options = options_for(AdvantageEstimator::kPpo);
+  options.kl_coef = 0.2;
+  options.gamma = 0.99;
+  options.lambd = 0.95;
+  AdvantageResult result = compute_advantages(s.inputs(2), options);
+  for (size_t i = 0; i < s.rewards.size(); ++i) {
+    // Independently: GAE over every token (masked ones keep their values), with the KL penalty on
+    // counted tokens only and the reward on the last counted token.
+    const Vec& mask = s.masks[i];
+    const Vec& v = s.values[i];
+    const int n = static_cast<int>(mask.size());
+    int last_counted = -1;
+    for (int t = 0; t < n; ++t) {
+      if (mask[t] > 0) last_counted = t;
+    }
+    Vec advantages(n, 0.0);
+    double next_advantage = 0;
+    for (int t = n - 1; t >= 0; --t) {
+      double r = mask[t] > 0 ? -options.kl_coef * s.kl[i][t] : 0.0;
+      if (t == last_counted) r += s.rewards[i];
+      double next_value = t + 1 < n ? v[t + 1] : 0.0;
+      double delta = r + options.gamma * next_value - v[t];
+      advantages[t] = delta + options.gamma * options.lambd * next_advantage;
+      next_advantage = advantages[t];
+    }
+    Vec returns(n);
+    for (int t = 0; t < n; ++t) returns[t] = advantages[t] + v[t];
+    expect_near_vec(advantages, result.advantages[i], 1e-12, "ppo " + std::to_string(i));
+    expect_near_vec(returns, result.returns[i], 1e-12, "ppo returns " + std::to_string(i));
+  }
+  // The vectorised GAE agrees on the same token rewards.
+  AdvantageInputs in = s.inputs(2);
+  GaeResult chunked =
+      gae_chunked(kl_penalized_token_rewards(in.rewards, in.kl, in.response_masks, options.kl_coef),
+                  in.values, options.gamma, options.lambd);
+  for (size_t i = 0; i < s.rewards.size(); ++i) {
+    expect_near_vec(vec_of(result.advantages[i]), chunked.advantages[i], 1e-12, "chunked gae");
+  }
 }
 
 TEST(AdvantagesTest, ChunkedGaeAgreesWithThePlainLoop) {
