@@ -304,7 +304,9 @@ TEST(AdvantagesTest, MaskedTokensCarryNoKlPenalty) {
                     token_rewards[i], 1e-15, "token rewards " + std::to_string(i));
     Vec got = vec_of(token_rewards[i]);
     for (size_t t = 0; t < got.size(); ++t) {
-      if (s.masks[i][t] == 0) EXPECT_EQ(got[t], 0.0) << "sample " << i << " token " << t;
+      if (s.masks[i][t] == 0) {
+        EXPECT_EQ(got[t], 0.0) << "sample " << i << " token " << t;
+      }
     }
   }
   // The reward lands on the last counted token (5), not on the masked last token (7) ...
