@@ -5,6 +5,10 @@
 // state changes to the clients, which fail or re-route their calls accordingly. It also keeps
 // a small key-value store for rendezvous (collective groups, NCCL unique ids).
 //
+// The tables live apart, as Ray's GCS managers do: nodes and clients (node_table.h), actors
+// (actor_table.h), placement groups (placement_group_table.h), the key-value store
+// (kv_table.h). The loop hands each request to its table and carries out what spans them.
+//
 // One thread runs the loop; all state is owned by that thread. Embedded in the driver for a
 // single machine (runtime.h), or the body of `ooze start --head`.
 #pragma once

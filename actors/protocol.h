@@ -5,7 +5,7 @@
 //   worker -> head  actor_spec (what to construct), actor_ready, actor_failed
 //   client -> head  register_client, heartbeat, create_actor, wait_actor, get_actor,
 //                   kill_actor, create_placement_group, wait_placement_group,
-//                   remove_placement_group, kv_put, kv_get, status
+//                   remove_placement_group, kv_put, kv_get, kv_add, kv_wait, status
 //   head -> node    start_worker, kill_worker          (requests the node answers)
 //   head -> client  event "actor" (ActorInfo: state changes), event "log" (LogLines)
 //   client -> worker  a request whose method is "Class.method", answered by a reply
@@ -43,6 +43,8 @@ constexpr const char* kWaitPlacementGroup = "wait_placement_group";
 constexpr const char* kRemovePlacementGroup = "remove_placement_group";
 constexpr const char* kKvPut = "kv_put";
 constexpr const char* kKvGet = "kv_get";
+constexpr const char* kKvAdd = "kv_add";
+constexpr const char* kKvWait = "kv_wait";
 constexpr const char* kStatus = "status";
 constexpr const char* kStartWorker = "start_worker";
 constexpr const char* kKillWorker = "kill_worker";
@@ -261,6 +263,29 @@ struct KeyValue {
   template <class A>
   void serialize(A& ar) {
     ar(key, value);
+  }
+};
+
+// kv_add: adds `delta` to the integer at `key`, kept as 8 little-endian bytes as comm::TcpStore
+// keeps it (unset, or a value of another size, counts as 0; the sum wraps). Answered with the
+// sum (int64_t).
+struct KvAdd {
+  std::string key;
+  int64_t delta = 0;
+  template <class A>
+  void serialize(A& ar) {
+    ar(key, delta);
+  }
+};
+
+// kv_wait: answered with the keys that are not set (std::vector<std::string>): at once when
+// every key is set or timeout_ms <= 0, else once every key is set (empty) or at the deadline.
+struct KvWait {
+  std::vector<std::string> keys;
+  int64_t timeout_ms = 0;
+  template <class A>
+  void serialize(A& ar) {
+    ar(keys, timeout_ms);
   }
 };
 

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -264,6 +265,20 @@ std::string kv_get(const std::string& key, std::chrono::milliseconds timeout) {
   return detail::client()
       .ask_head<KeyValue>(method::kKvGet, request, timeout + std::chrono::seconds(5))
       .value;
+}
+
+int64_t kv_add(const std::string& key, int64_t delta) {
+  return detail::client().ask_head<int64_t>(method::kKvAdd, KvAdd{key, delta});
+}
+
+std::vector<std::string> kv_wait(const std::vector<std::string>& keys,
+                                 std::chrono::milliseconds timeout) {
+  // The head clamps waits to a day; the clamp here also keeps the reply's deadline finite.
+  timeout = std::clamp<std::chrono::milliseconds>(timeout, std::chrono::milliseconds(0),
+                                                  std::chrono::hours(24));
+  KvWait request{keys, timeout.count()};
+  return detail::client().ask_head<std::vector<std::string>>(method::kKvWait, request,
+                                                             timeout + std::chrono::seconds(5));
 }
 
 ClusterStatus cluster_status() {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -146,6 +147,14 @@ void kv_put(const std::string& key, const std::string& value);
 // Waits up to `timeout` for the key; throws GetTimeoutError.
 std::string kv_get(const std::string& key,
                    std::chrono::milliseconds timeout = std::chrono::seconds(60));
+// Atomically adds `delta` to the integer at `key` and returns the sum. The integer is kept as 8
+// little-endian bytes, as comm::TcpStore keeps it; an unset key (or a value of another size)
+// counts as 0.
+int64_t kv_add(const std::string& key, int64_t delta);
+// Waits up to `timeout` until every key is set; returns the keys still not set then (empty: all
+// are). A zero timeout only looks.
+std::vector<std::string> kv_wait(const std::vector<std::string>& keys,
+                                 std::chrono::milliseconds timeout);
 
 ClusterStatus cluster_status();
 

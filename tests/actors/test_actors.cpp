@@ -1,6 +1,7 @@
 #include "tests/actors/test_actors.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -12,7 +13,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "actors/kv_store.h"
 #include "actors/runtime.h"
+#include "comm/gloo_communicator.h"
 #include "core/tensor_serialization.h"
 
 namespace ooze::actors::testing {
@@ -76,6 +79,35 @@ int Gate::release() {
   return 2;
 }
 
+std::vector<int64_t> StoreUser::count(const std::string& start_key, const std::string& key,
+                                      int times) {
+  KvStore store;
+  store.get(start_key, std::chrono::seconds(60));
+  std::vector<int64_t> seen;
+  for (int i = 0; i < times; ++i) seen.push_back(store.add(key, 1));
+  return seen;
+}
+
+int StoreUser::set_later(const std::string& key, const std::string& value, int delay_ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  KvStore().set(key, value);
+  return delay_ms;
+}
+
+std::string StoreUser::get(const std::string& key, int timeout_ms) {
+  return KvStore().get(key, std::chrono::milliseconds(timeout_ms));
+}
+
+double StoreUser::all_reduce_sum(const std::string& group, int rank, int size, double value) {
+  at::set_num_threads(1);
+  auto store = std::make_shared<comm::PrefixStore>(group, std::make_shared<KvStore>());
+  auto communicator =
+      comm::make_gloo_communicator(store, rank, size, "sum", std::chrono::seconds(60));
+  at::Tensor tensor = at::full({8}, value, at::kDouble);
+  communicator->all_reduce(tensor, comm::ReduceOp::SUM);
+  return tensor[7].item<double>();
+}
+
 namespace {
 
 const auto counter_class = ActorClass<Counter>("Counter")
@@ -98,6 +130,12 @@ const auto broken_class = ActorClass<BrokenConstructor>("BrokenConstructor")
 
 const auto gate_class =
     ActorClass<Gate>("Gate").method("block", &Gate::block).method("release", &Gate::release);
+
+const auto store_user_class = ActorClass<StoreUser>("StoreUser")
+                                  .method("count", &StoreUser::count)
+                                  .method("set_later", &StoreUser::set_later)
+                                  .method("get", &StoreUser::get)
+                                  .method("all_reduce_sum", &StoreUser::all_reduce_sum);
 
 }  // namespace
 }  // namespace ooze::actors::testing

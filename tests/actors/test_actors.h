@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,22 @@ class Gate {
 
  private:
   std::atomic<bool> open_{false};
+};
+
+// Uses the head's key-value store through KvStore from inside a worker, as a rank of a
+// collective group does.
+class StoreUser {
+ public:
+  StoreUser() = default;
+  // Waits for `start_key` to be set, then adds 1 to `key` `times` times; returns what each add
+  // returned, in order.
+  std::vector<int64_t> count(const std::string& start_key, const std::string& key, int times);
+  // Sets `key` to `value` after sleeping `delay_ms`.
+  int set_later(const std::string& key, const std::string& value, int delay_ms);
+  std::string get(const std::string& key, int timeout_ms);
+  // Forms the Gloo group `group` of `size` ranks through the head's store and returns the sum of
+  // every rank's `value` (an all-reduce).
+  double all_reduce_sum(const std::string& group, int rank, int size, double value);
 };
 
 }  // namespace ooze::actors::testing
