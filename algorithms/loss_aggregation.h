@@ -27,6 +27,7 @@
 #include <string>
 
 #include "algorithms/packed_sequences.h"
+#include "core/config.h"
 
 namespace ooze::algorithms {
 
@@ -36,6 +37,12 @@ enum class LossAggregation { kTokenMean, kSequenceMeanTokenMean, kSequenceMeanTo
 // ooze::ConfigError otherwise.
 LossAggregation parse_loss_aggregation(const std::string& name);
 std::string loss_aggregation_name(LossAggregation aggregation);
+
+// Declares the "loss" section: loss_aggregation (--loss-aggregation), which every loss the
+// trainer computes follows, with `default_value` as its default.
+void add_loss_aggregation_field(
+    ConfigSchema& schema,
+    LossAggregation default_value = LossAggregation::kSequenceMeanTokenMean);
 
 struct LossScale {
   LossAggregation aggregation = LossAggregation::kSequenceMeanTokenMean;

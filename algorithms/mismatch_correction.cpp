@@ -1,5 +1,7 @@
 #include "algorithms/mismatch_correction.h"
 
+#include <sstream>
+
 #include "algorithms/log_ratio.h"
 #include "core/error.h"
 
@@ -25,7 +27,15 @@ MismatchCorrectionOptions MismatchCorrectionOptions::from_config(const Config& c
   options.level = parse_tis_level(config.get<std::string>("tis_level"));
   options.mode = parse_tis_mode(config.get<std::string>("tis_mode"));
   options.get_mismatch_metrics = config.get<bool>("get_mismatch_metrics");
+  options.validate();
   return options;
+}
+
+void MismatchCorrectionOptions::validate() const {
+  if (tis_clip_low < tis_clip) return;
+  std::ostringstream message;  // shortest form of the numbers, as the user typed them
+  message << "tis_clip_low = " << tis_clip_low << " must be below tis_clip = " << tis_clip;
+  throw ConfigError(message.str());
 }
 
 RolloutImportanceWeights rollout_importance_weights(const at::Tensor& old_log_probs,
@@ -37,11 +47,7 @@ RolloutImportanceWeights rollout_importance_weights(const at::Tensor& old_log_pr
   check_per_token("rollout_importance_weights", "old_log_probs", old_log_probs, tokens);
   check_per_token("rollout_importance_weights", "rollout_log_probs", rollout_log_probs, tokens);
   check_per_token("rollout_importance_weights", "loss_mask", loss_mask, tokens);
-  if (!(options.tis_clip_low < options.tis_clip)) {
-    throw Error(
-        "rollout_importance_weights: tis_clip_low = " + std::to_string(options.tis_clip_low) +
-        " must be below tis_clip = " + std::to_string(options.tis_clip));
-  }
+  options.validate();
   at::NoGradGuard no_grad;
   at::Tensor old = to_compute_dtype(old_log_probs);
   at::Tensor mask = loss_mask.to(old.scalar_type());

@@ -37,6 +37,8 @@ struct MismatchCorrectionOptions {
 
   // Reads use_tis, tis_clip, tis_clip_low, tis_level, tis_mode and get_mismatch_metrics.
   static MismatchCorrectionOptions from_config(const Config& config);
+  // Throws ConfigError unless tis_clip_low < tis_clip (the only rule relating these fields).
+  void validate() const;
   // Whether the loss needs rollout log-probs.
   bool needs_rollout_log_probs() const { return use_tis || get_mismatch_metrics; }
 };

@@ -1,5 +1,7 @@
 #include "algorithms/policy_loss.h"
 
+#include <sstream>
+
 #include "algorithms/log_ratio.h"
 #include "algorithms/opsm.h"
 #include "core/error.h"
@@ -8,18 +10,6 @@ namespace ooze::algorithms {
 namespace {
 
 at::Tensor safe_ratio(const at::Tensor& log_ratio) { return bounded_log_ratio(log_ratio).exp(); }
-
-void check_options(const PolicyLossOptions& options) {
-  if (options.eps_clip_c != 0 && !(options.eps_clip_c > 1.0)) {
-    throw Error("policy_loss: eps_clip_c = " + std::to_string(options.eps_clip_c) +
-                " must be > 1 (the dual-clip bound on -ratio * advantage), or 0 to turn it off");
-  }
-  if (options.mismatch.needs_rollout_log_probs() &&
-      !(options.mismatch.tis_clip_low < options.mismatch.tis_clip)) {
-    throw Error("policy_loss: tis_clip_low = " + std::to_string(options.mismatch.tis_clip_low) +
-                " must be below tis_clip = " + std::to_string(options.mismatch.tis_clip));
-  }
-}
 
 }  // namespace
 
@@ -45,7 +35,19 @@ PolicyLossOptions PolicyLossOptions::from_config(const Config& config) {
   options.mismatch = MismatchCorrectionOptions::from_config(config);
   options.use_opsm = config.get<bool>("use_opsm");
   options.opsm_delta = config.get<double>("opsm_delta");
+  options.validate();
   return options;
+}
+
+void PolicyLossOptions::validate() const {
+  if (eps_clip_c != 0 && !(eps_clip_c > 1.0)) {
+    std::ostringstream message;  // shortest form of the number, as the user typed it
+    message << "eps_clip_c = " << eps_clip_c
+            << " must be > 1 (dual-clip caps the loss at -eps_clip_c * advantage), or 0 to turn "
+               "dual clip off";
+    throw ConfigError(message.str());
+  }
+  mismatch.validate();
 }
 
 PerTokenPolicyLoss ppo_clip_loss(const at::Tensor& log_ratio, const at::Tensor& advantages,
@@ -97,7 +99,7 @@ PerTokenPolicyLoss cispo_loss(const at::Tensor& log_probs, const at::Tensor& old
 
 LossOutput policy_loss(const PolicyLossInputs& inputs, const PolicyLossOptions& options,
                        const LossScale& scale) {
-  check_options(options);
+  options.validate();
   if (!inputs.log_probs.defined()) throw Error("policy_loss: log_probs is required");
   const int64_t tokens = inputs.log_probs.numel();
   check_per_token("policy_loss", "log_probs", inputs.log_probs, tokens);

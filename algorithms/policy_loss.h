@@ -55,6 +55,8 @@ struct PolicyLossOptions {
   // eps_clip_c, entropy_coef, use_kl_loss, kl_loss_coef, kl_loss_type, use_unbiased_kl, use_opsm,
   // opsm_delta and the fields of MismatchCorrectionOptions::from_config.
   static PolicyLossOptions from_config(const Config& config);
+  // Throws ConfigError when eps_clip_c is in (0, 1] or the TIS bounds are not ordered.
+  void validate() const;
 };
 
 // One packed micro-batch (packed_sequences.h). Every tensor is [T] except cu_seqlens.
@@ -72,8 +74,8 @@ struct PolicyLossInputs {
   at::Tensor sequence_token_counts;
 };
 
-// Throws ooze::Error on a missing or misshapen input the options need, and on invalid options
-// (eps_clip_c in (0, 1], tis_clip_low >= tis_clip).
+// Throws ooze::Error on a missing or misshapen input the options need, and ConfigError on
+// invalid options (validate()).
 LossOutput policy_loss(const PolicyLossInputs& inputs, const PolicyLossOptions& options,
                        const LossScale& scale);
 

@@ -3,8 +3,9 @@
 //
 //   fsdp.train.unsharded_w1  the plain TransformerModel: forward, loss, backward, global-norm
 //                            clipping (fp64 norm, as fsdp/), torch::optim::AdamW (the baseline)
-//   fsdp.train.fsdp_w1       the same model through FsdpTransformer + ShardedAdamW + clip_and_step
-//                            on one rank (no communicator), as launcher/train_actor.cpp trains
+//   fsdp.train.fsdp_w1       the same model through fsdp::train_step (fsdp/train_step.h: plan,
+//                            pack, FsdpTransformer, the SFT loss of algorithms/, ShardedAdamW),
+//                            the step every TrainActor runs, on one rank (no communicator)
 //   fsdp.train.fsdp_w2       the same on 2 real processes over Gloo on loopback, each rank with
 //                            its own data (weak scaling: per-rank tokens as above)
 //
@@ -50,7 +51,9 @@
 #include "core/error.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/optimizer_step.h"
+#include "fsdp/packing.h"
 #include "fsdp/sharded_adamw.h"
+#include "fsdp/train_step.h"
 #include "models/log_probs.h"
 #include "models/model_config.h"
 #include "models/transformer.h"
@@ -101,42 +104,30 @@ double median(std::vector<double> xs) {
 
 // --- data ---------------------------------------------------------------------------------
 
-struct PackedBatch {
-  torch::Tensor input_ids, position_ids, cu_seqlens, targets, mask;
-  double predicted = 0;  // tokens with a target (mask 1)
-};
-
-// kSequences random sequences packed back to back; the same (rank, step) gives the same batch.
-PackedBatch make_batch(int64_t vocab_size, int rank, int step) {
+// kSequences random sequences trained on every next token; the same (rank, step) gives the same
+// batch.
+std::vector<fsdp::PackingSample> make_batch(int64_t vocab_size, int rank, int step) {
   std::mt19937_64 rng(1000003ull * static_cast<uint64_t>(rank + 1) + static_cast<uint64_t>(step));
   std::uniform_int_distribution<int64_t> token(0, vocab_size - 1);
-  std::vector<int64_t> ids, positions, targets;
-  std::vector<float> mask;
-  std::vector<int32_t> cu{0};
+  std::vector<fsdp::PackingSample> samples;
   for (int64_t s = 0; s < kSequences; ++s) {
     std::vector<int64_t> sequence(kSequenceLength);
     for (auto& id : sequence) id = token(rng);
-    for (int64_t t = 0; t < kSequenceLength; ++t) {
-      const bool predicts = t + 1 < kSequenceLength;  // the last token predicts nothing
-      ids.push_back(sequence[t]);
-      positions.push_back(t);
-      targets.push_back(predicts ? sequence[t + 1] : 0);
-      mask.push_back(predicts ? 1.0f : 0.0f);
-    }
-    cu.push_back(static_cast<int32_t>(ids.size()));
+    samples.push_back(fsdp::language_modeling_sample(sequence));
   }
-  PackedBatch batch{torch::tensor(ids, torch::kLong),   torch::tensor(positions, torch::kLong),
-                    torch::tensor(cu, torch::kInt),     torch::tensor(targets, torch::kLong),
-                    torch::tensor(mask, torch::kFloat), 0};
-  batch.predicted = batch.mask.sum().item<double>();
-  return batch;
+  return samples;
 }
 
-// Mean next-token negative log-likelihood over this rank's predicted tokens.
-torch::Tensor next_token_loss(const torch::Tensor& hidden, const torch::Tensor& head_weight,
-                              const PackedBatch& batch) {
-  models::TokenLogProbs out = models::compute_token_log_probs(hidden, head_weight, batch.targets);
-  return -(out.log_probs.to(torch::kFloat) * batch.mask).sum() / batch.predicted;
+// The baseline's loss, written plainly: the mean next-token negative log-likelihood over the
+// packed batch's counted tokens (the token after position t is predicted from position t).
+torch::Tensor next_token_loss(models::TransformerModel& model,
+                              const fsdp::PackedMicroBatch& batch) {
+  torch::Tensor hidden = model->forward(batch.tokens, batch.position_ids, batch.cu_seqlens);
+  const torch::Tensor targets = torch::roll(batch.tokens, -1);
+  const torch::Tensor counted = torch::roll(batch.loss_mask, -1);
+  models::TokenLogProbs out =
+      models::compute_token_log_probs(hidden, model->lm_head_weight(), targets);
+  return -(out.log_probs.to(torch::kFloat) * counted).sum() / counted.sum().item<double>();
 }
 
 // --- communication timing -----------------------------------------------------------------
@@ -253,10 +244,10 @@ StepTimes train_unsharded(models::TransformerModel& model) {
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(kLr).weight_decay(kWeightDecay));
   StepTimes times;
   for (int step = 0; step < kWarmupSteps + kTimedSteps; ++step) {
-    PackedBatch batch = make_batch(model->config().vocab_size, 0, step);
+    const auto samples = make_batch(model->config().vocab_size, 0, step);
     const auto start = Clock::now();
-    torch::Tensor hidden = model->forward(batch.input_ids, batch.position_ids, batch.cu_seqlens);
-    torch::Tensor loss = next_token_loss(hidden, model->lm_head_weight(), batch);
+    const fsdp::PackedMicroBatch batch = fsdp::pack_micro_batch(samples, {0, 1, 2, 3});
+    torch::Tensor loss = next_token_loss(model, batch);
     loss.backward();
     clip_grad_norm_fp64(params, kClipGrad);
     optimizer.step();
@@ -279,16 +270,17 @@ StepTimes train_fsdp(fsdp::FsdpTransformer& fsdp, int rank, TimedCommunicator* t
   fsdp::ShardedAdamWOptions adam;
   adam.weight_decay = kWeightDecay;
   fsdp::ShardedAdamW optimizer(fsdp.sharded(), adam);
+  fsdp::TrainStepOptions options;
+  options.packing.micro_batch_size = kSequences;  // one micro-batch, as the baseline
+  options.loss_aggregation = algorithms::LossAggregation::kTokenMean;
+  options.clip_grad = kClipGrad;
   StepTimes times;
   for (int step = 0; step < kWarmupSteps + kTimedSteps; ++step) {
-    PackedBatch batch = make_batch(fsdp.model()->config().vocab_size, rank, step);
+    const auto samples = make_batch(fsdp.model()->config().vocab_size, rank, step);
     if (raw_comm) raw_comm->barrier();
     if (timed_comm) timed_comm->reset();
     const auto start = Clock::now();
-    torch::Tensor hidden = fsdp.forward(batch.input_ids, batch.position_ids, batch.cu_seqlens);
-    torch::Tensor loss = next_token_loss(hidden, fsdp.lm_head_weight(), batch);
-    fsdp.backward(loss);
-    fsdp::clip_and_step(fsdp.sharded(), optimizer, kLr, kClipGrad);
+    const fsdp::TrainStepOutput out = fsdp::train_step(fsdp, optimizer, kLr, samples, options);
     const double seconds = seconds_since(start);
     const double comm_seconds = timed_comm ? timed_comm->blocked_seconds() : 0.0;
     double slowest = seconds;
@@ -297,7 +289,7 @@ StepTimes train_fsdp(fsdp::FsdpTransformer& fsdp, int rank, TimedCommunicator* t
       raw_comm->all_reduce(t, comm::ReduceOp::MAX);
       slowest = t.item<double>();
     }
-    times.last_loss = loss.item<double>();
+    times.last_loss = out.metrics.at("loss");
     if (step < kWarmupSteps) continue;
     times.step_seconds.push_back(slowest);
     times.comm_seconds.push_back(comm_seconds);

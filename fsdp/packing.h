@@ -28,7 +28,11 @@
 #include <string>
 #include <vector>
 
+#include <cereal/types/map.hpp>
+#include <cereal/types/string.hpp>
+
 #include "core/config.h"
+#include "core/tensor_serialization.h"
 
 namespace ooze::fsdp {
 
@@ -46,6 +50,12 @@ struct PackingSample {
 
   int64_t length() const { return tokens.defined() ? tokens.numel() : 0; }
   int64_t prompt_length() const { return length() - response_length; }
+
+  // Samples travel to the train actors as they are (core/tensor_serialization.h).
+  template <class A>
+  void serialize(A& ar) {
+    ar(tokens, response_length, response_values, response_mask);
+  }
 };
 
 // A packed micro-batch of B samples, T tokens in all.
@@ -75,7 +85,7 @@ struct PackingOptions {
   bool use_dynamic_batch_size = false;
   // --max-tokens-per-gpu: token budget of one micro-batch (dynamic mode only). A sample longer
   // than the budget gets a micro-batch of its own and a warning.
-  int64_t max_tokens_per_gpu = 0;
+  int64_t max_tokens_per_gpu = 16384;
   // --micro-batch-size: samples per micro-batch (fixed mode only).
   int64_t micro_batch_size = 1;
   // --balance-data: split across ranks by Karmarkar–Karp on token counts; otherwise round robin
@@ -85,12 +95,24 @@ struct PackingOptions {
   // size does not divide the batch), as Slime does. Not a flag.
   bool equal_samples_per_rank = true;
 
-  // Reads use_dynamic_batch_size, max_tokens_per_gpu, micro_batch_size and balance_data.
-  // Throws ConfigError as validate() does.
+  // Reads the fields add_batching_fields declares. Throws ConfigError as validate() does.
   static PackingOptions from_config(const ooze::Config& config);
   // Throws ConfigError on a micro_batch_size < 1, or dynamic mode with max_tokens_per_gpu < 1.
   void validate() const;
+
+  template <class A>
+  void serialize(A& ar) {
+    ar(use_dynamic_batch_size, max_tokens_per_gpu, micro_batch_size, balance_data,
+       equal_samples_per_rank);
+  }
 };
+
+// Declares the "batching" section (the fields above, with the values in `defaults` as defaults):
+// every command that trains composes it into its schema.
+void add_batching_fields(ooze::ConfigSchema& schema, const PackingOptions& defaults = {});
+// micro_batch_size alone, in the current section, for a command that micro-batches without
+// packing token sequences (one meaning and one rule wherever it appears).
+void add_micro_batch_size_field(ooze::ConfigSchema& schema, int64_t default_value);
 
 // Which samples each rank trains on, micro-batch by micro-batch.
 struct BatchPlan {

@@ -53,23 +53,10 @@ ReferenceModel ReferenceModel::from_hf_checkpoint(const std::string& dir,
   return reference;
 }
 
-torch::Tensor ReferenceModel::compute_log_probs(const torch::Tensor& input_ids,
-                                                const torch::Tensor& position_ids,
-                                                const torch::Tensor& cu_seqlens,
-                                                const torch::Tensor& targets, double temperature) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor log_probs;
-  try {
-    const torch::Tensor hidden = model_->forward(input_ids, position_ids, cu_seqlens);
-    log_probs =
-        models::compute_token_log_probs(hidden, model_->lm_head_weight(), targets, temperature)
-            .log_probs;
-  } catch (...) {
-    model_->reshard();
-    throw;
-  }
-  model_->reshard();
-  return log_probs;
+ResponseLogProbs ReferenceModel::compute_log_probs(const std::vector<PackingSample>& samples,
+                                                   const PackingOptions& packing,
+                                                   double temperature, bool with_entropy) {
+  return fsdp::compute_log_probs(*model_, samples, packing, temperature, with_entropy);
 }
 
 }  // namespace ooze::fsdp

@@ -4,12 +4,12 @@
 // released): per rank it holds only its fp32 master shards, 1/W of the weights.
 //
 //   ReferenceModel reference = ReferenceModel::copy_of(policy);    // before the first step
-//   torch::Tensor ref_log_probs = reference.compute_log_probs(input_ids, position_ids,
-//                                                             cu_seqlens, targets);
+//   ResponseLogProbs ref = reference.compute_log_probs(samples, packing_options);
 //
-// Log-probs are computed in fp32 (models::compute_token_log_probs) under NoGradGuard, and every
-// unit is resharded afterwards. compute_log_probs is a collective over the model's group, like
-// any forward of a sharded model: every rank calls it, each with its own packed micro-batch.
+// Log-probs come from the policy's own scoring path (fsdp::compute_log_probs in train_step.h:
+// the same plan, pack and forward, fp32 log-probs under NoGradGuard, every unit resharded
+// afterwards). It is a collective over the model's group, like any forward of a sharded model:
+// every rank calls it, each with its own samples.
 #pragma once
 
 #include <torch/torch.h>
@@ -19,6 +19,8 @@
 
 #include "comm/communicator.h"
 #include "fsdp/fsdp_transformer.h"
+#include "fsdp/packing.h"
+#include "fsdp/train_step.h"
 #include "models/transformer.h"
 
 namespace ooze::fsdp {
@@ -43,12 +45,10 @@ class ReferenceModel {
                                            std::shared_ptr<comm::Communicator> comm,
                                            FsdpTransformerOptions options = {});
 
-  // log p(targets[t] | tokens up to t) for every token of the packed batch (the inputs of
-  // FsdpTransformer::forward; targets [T] int64), divided by `temperature` before the softmax
-  // as for rollouts sampled at that temperature: [T] fp32.
-  torch::Tensor compute_log_probs(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                                  const torch::Tensor& cu_seqlens, const torch::Tensor& targets,
-                                  double temperature = 1.0);
+  // log p of each response token of each sample at `temperature`, as fsdp::compute_log_probs.
+  ResponseLogProbs compute_log_probs(const std::vector<PackingSample>& samples,
+                                     const PackingOptions& packing, double temperature = 1.0,
+                                     bool with_entropy = false);
 
   const models::ModelConfig& config() const { return model_->model()->config(); }
   const models::TransformerModel& model() const { return model_->model(); }

@@ -12,7 +12,7 @@
 #include <iostream>
 #include <thread>
 
-#include "comm/gloo_communicator.h"
+#include "comm/process_group.h"
 #include "comm/tcp_store.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -20,7 +20,7 @@
 #include "core/metrics.h"
 #include "core/safetensors.h"
 #include "core/timer.h"
-#include "launcher/experiment_config.h"
+#include "launcher/foundation_demo_config.h"
 
 namespace ooze {
 namespace launcher {
@@ -89,19 +89,15 @@ int wait_for_ranks(std::vector<pid_t>& pids, milliseconds timeout) {
 }  // namespace
 
 int run_foundation_demo(const std::string& self_exe, const std::vector<std::string>& args) {
-  std::optional<Config> loaded = load_config_from_command_line(experiment_schema(), args);
+  std::optional<Config> loaded = load_config_from_command_line(foundation_demo_schema(), args);
   if (!loaded) {
     std::cout << "usage: ooze demo [--config FILE] [--FIELD VALUE ...]\n\n"
-              << experiment_schema().help();
+              << foundation_demo_schema().help();
     return 0;
   }
   const Config& config = *loaded;
   set_log_level(parse_log_level(config.get<std::string>("log_level")));
   set_log_prefix("driver");
-  if (config.get<std::string>("comm_backend") != "gloo") {
-    throw ConfigError("comm_backend = '" + config.get<std::string>("comm_backend") +
-                      "': the demo trains on CPU tensors, which only the gloo backend carries");
-  }
   const std::string output_dir = config.get<std::string>("output_dir");
   const int world = static_cast<int>(config.get<int64_t>("world_size"));
 
@@ -131,8 +127,7 @@ int run_foundation_demo(const std::string& self_exe, const std::vector<std::stri
     }
     pids.push_back(pid);
   }
-  auto timeout =
-      milliseconds(static_cast<int64_t>(config.get<double>("comm_timeout_seconds") * 1000));
+  const milliseconds timeout = comm::ProcessGroupOptions::from_config(config).timeout();
   if (wait_for_ranks(pids, timeout * 2) != 0) {
     OOZE_LOG(ERROR) << "the demo failed: see the rank logs above";
     return 1;
@@ -169,7 +164,7 @@ int run_foundation_demo_rank(const std::vector<std::string>& args) {
   if (args.size() != 3) throw ConfigError("usage: ooze demo-rank RANK STORE_PORT CONFIG_JSON");
   const int rank = std::stoi(args[0]);
   const int port = std::stoi(args[1]);
-  Config config = load_config(experiment_schema(), args[2], {});
+  Config config = load_config(foundation_demo_schema(), args[2], {});
   set_log_level(parse_log_level(config.get<std::string>("log_level")));
   set_log_prefix("rank=" + std::to_string(rank));
   at::set_num_threads(1);
@@ -183,11 +178,10 @@ int run_foundation_demo_rank(const std::vector<std::string>& args) {
   const int64_t save_interval = config.get<int64_t>("save_interval");
   const double lr = config.get<double>("lr");
   const std::string output_dir = config.get<std::string>("output_dir");
-  const auto timeout =
-      milliseconds(static_cast<int64_t>(config.get<double>("comm_timeout_seconds") * 1000));
+  const comm::ProcessGroupOptions group = comm::ProcessGroupOptions::from_config(config);
 
-  auto store = std::make_shared<comm::TcpStore>("127.0.0.1", port, rank, false, timeout);
-  auto dp = comm::make_gloo_communicator(store, rank, world, "dp", timeout);
+  auto store = std::make_shared<comm::TcpStore>("127.0.0.1", port, rank, false, group.timeout());
+  auto dp = comm::init_process_group(store, rank, world, "dp", at::kCPU, group);
   OOZE_LOG(INFO) << "joined data-parallel group of " << world;
 
   const Problem problem = make_problem(seed, dim);

@@ -8,7 +8,7 @@
 #include "actors/runtime.h"
 #include "core/error.h"
 #include "launcher/cluster_command.h"
-#include "launcher/experiment_config.h"
+#include "launcher/foundation_demo_config.h"
 #include "launcher/foundation_demo.h"
 #include "launcher/model_init_command.h"
 #include "launcher/sft_demo.h"
@@ -33,7 +33,9 @@ const char* kUsage =
     "  status [--address HEAD_IP:PORT]\n"
     "                 nodes, resources, actors and placement groups of the cluster\n"
     "  stop           stop the services `ooze start` started on this machine\n"
-    "  config-help    list every experiment config field with its flag, type, default and doc\n"
+    "  config-help [sft-demo|demo]\n"
+    "                 list the config fields of each command (or one), grouped by the module\n"
+    "                 that reads them, with flag, type, default and doc\n"
     "  help           show this message\n";
 
 std::string self_executable() {
@@ -42,6 +44,23 @@ std::string self_executable() {
   if (n <= 0) throw ooze::Error("cannot find the ooze executable through /proc/self/exe");
   path[n] = '\0';
   return path;
+}
+
+// Each command's fields, grouped by section: the module that declares and reads them.
+int config_help(const std::vector<std::string>& args) {
+  const std::vector<std::pair<std::string, const ooze::ConfigSchema*>> commands = {
+      {"sft-demo", &ooze::launcher::sft_demo_schema()},
+      {"demo", &ooze::launcher::foundation_demo_schema()}};
+  bool found = false;
+  for (const auto& [name, schema] : commands) {
+    if (!args.empty() && args[0] != name) continue;
+    std::cout << "ooze " << name << " [--config FILE] [--FIELD VALUE ...]\n\n"
+              << schema->help() << "\n";
+    found = true;
+  }
+  if (found) return 0;
+  std::cerr << "ooze config-help: no command '" << args[0] << "'; one of: sft-demo, demo\n";
+  return 2;
 }
 
 }  // namespace
@@ -66,10 +85,7 @@ int main(int argc, char** argv) {
     if (command == "start") return ooze::launcher::run_start_command(rest);
     if (command == "status") return ooze::launcher::run_status_command(rest);
     if (command == "stop") return ooze::launcher::run_stop_command(rest);
-    if (command == "config-help") {
-      std::cout << ooze::launcher::experiment_schema().help();
-      return 0;
-    }
+    if (command == "config-help") return config_help(rest);
   } catch (const ooze::Error& e) {
     std::cerr << "ooze " << command << ": " << e.what() << "\n";
     return 1;

@@ -14,6 +14,8 @@
 #include "actors/runtime.h"
 #include "core/config.h"
 #include "core/metrics.h"
+#include "fsdp/packing.h"
+#include "fsdp/train_step.h"
 #include "launcher/train_actor.h"
 #include "launcher/trainer_options.h"
 #include "models/model_init.h"
@@ -22,7 +24,7 @@
 namespace ooze::launcher {
 namespace {
 
-ConfigSchema sft_schema() {
+ConfigSchema build_sft_demo_schema() {
   ConfigSchema schema;
   schema.section("sft-demo");
   schema.add_string("out", "runs/sft-demo", "Output directory (model, data, trained model).");
@@ -41,12 +43,16 @@ ConfigSchema sft_schema() {
            " is not divisible by world_size = " + std::to_string(world) +
            ": every rank must get the same number of sequences";
   });
-  // A tiny model learns in a few dozen steps at a large rate.
+  // A tiny model learns in a few dozen steps at a large rate. Each rank's share of a batch
+  // (short texts) fits one micro-batch, and the loss is the mean over every predicted token.
   TrainerOptions defaults;
   defaults.lr = 3e-3;
   defaults.min_lr = 3e-4;
   defaults.lr_warmup_iters = 3;
   defaults.lr_decay_style = "cosine";
+  defaults.packing.use_dynamic_batch_size = true;
+  defaults.packing.max_tokens_per_gpu = 4096;
+  defaults.loss_aggregation = algorithms::LossAggregation::kTokenMean;
   add_trainer_fields(schema, defaults);
   return schema;
 }
@@ -88,11 +94,16 @@ std::vector<std::vector<int64_t>> read_dataset(const std::string& path,
 
 }  // namespace
 
+const ConfigSchema& sft_demo_schema() {
+  static const ConfigSchema schema = build_sft_demo_schema();
+  return schema;
+}
+
 int run_sft_demo(const std::vector<std::string>& args) {
-  std::optional<Config> loaded = load_config_from_command_line(sft_schema(), args);
+  std::optional<Config> loaded = load_config_from_command_line(sft_demo_schema(), args);
   if (!loaded) {
     std::printf("usage: ooze sft-demo [--config FILE] [--FIELD VALUE ...]\n\n%s",
-                sft_schema().help().c_str());
+                sft_demo_schema().help().c_str());
     return 0;
   }
   const Config& flags = *loaded;
@@ -187,18 +198,18 @@ int run_sft_demo(const std::vector<std::string>& args) {
   int64_t last_saved = -1;
   const int first_step = static_cast<int>(progress.iteration);
   for (int step = first_step; step < steps; ++step) {
-    // Rank r takes every W-th sequence of the global batch; the data continues where the
-    // consumed samples end.
-    std::vector<TrainBatch> batches(world);
-    int64_t global_tokens = 0;
+    // The global batch continues where the consumed samples end; it is dealt out to the ranks
+    // as --balance-data says (round robin by default: rank r takes every W-th sequence).
+    std::vector<fsdp::PackingSample> global(batch_size);
     for (int i = 0; i < batch_size; ++i) {
-      const auto& sequence = sequences[static_cast<size_t>(progress.consumed_samples + i)];
-      batches[i % world].sequences.push_back(sequence);
-      global_tokens += static_cast<int64_t>(sequence.size()) - 1;
+      global[i] = fsdp::language_modeling_sample(
+          sequences[static_cast<size_t>(progress.consumed_samples + i)]);
     }
-    for (TrainBatch& batch : batches) {
-      batch.global_tokens = global_tokens;
-      batch.global_samples = batch_size;
+    const std::vector<std::vector<int64_t>> shares =
+        fsdp::split_across_ranks(fsdp::sample_lengths(global), world, trainer.packing);
+    std::vector<TrainBatch> batches(world);
+    for (int rank = 0; rank < world; ++rank) {
+      for (int64_t index : shares[rank]) batches[rank].samples.push_back(global[index]);
     }
     auto start = std::chrono::steady_clock::now();
     auto results = actors::get_all(trainers.call_each(
@@ -207,24 +218,20 @@ int run_sft_demo(const std::vector<std::string>& args) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress.iteration += 1;
     progress.consumed_samples += batch_size;
-    double loss_sum = 0.0;
-    int64_t tokens = 0;
-    for (const TrainStepResult& result : results) {
-      loss_sum += result.loss_sum;
-      tokens += result.tokens;
-    }
-    double loss = loss_sum / static_cast<double>(tokens);
+    const TrainStepResult& result = results.front();  // step values, the same on every rank
+    const double loss = result.metrics.at("loss");
+    const int64_t tokens = result.loss_tokens;
     if (step == first_step) first_loss = loss;
     last_loss = loss;
     total_tokens += static_cast<double>(tokens);
     total_seconds += seconds;
     std::printf("step %3d  loss %.6f  grad_norm %.3f  lr %.2e  %.0f tokens/s\n", step + 1, loss,
-                results.front().grad_norm, results.front().lr, tokens / seconds);
+                result.grad_norm, result.lr, tokens / seconds);
     metrics.log(step + 1, {{"loss", loss},
-                           {"grad_norm", results.front().grad_norm},
-                           {"lr", results.front().lr},
+                           {"grad_norm", result.grad_norm},
+                           {"lr", result.lr},
                            {"tokens_per_second", tokens / seconds},
-                           {"skipped", results.front().skipped ? 1.0 : 0.0}});
+                           {"skipped", result.skipped ? 1.0 : 0.0}});
     std::fflush(stdout);
     if (save_interval > 0 && (step + 1) % save_interval == 0) last_saved = save();
   }

@@ -8,8 +8,8 @@
 
 #include "actors/actor_class.h"
 #include "actors/runtime.h"
-#include "comm/gloo_communicator.h"
-#include "comm/tcp_store.h"
+#include "actors/kv_store.h"
+#include "comm/process_group.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/tensor_serialization.h"
@@ -20,7 +20,6 @@
 #include "fsdp/optimizer_step.h"
 #include "fsdp/sharded_adamw.h"
 #include "fsdp/sharded_loading.h"
-#include "models/log_probs.h"
 #include "models/model_config.h"
 
 namespace ooze::launcher {
@@ -34,32 +33,17 @@ int env_int(const char* name) {
   return std::atoi(value);
 }
 
-// Sequences packed back to back, with next-token targets (a sequence's last token predicts
-// nothing: mask 0).
-struct Packed {
-  torch::Tensor input_ids, position_ids, cu_seqlens, targets, mask;
-  int64_t predicted = 0;
-};
+// The device this rank computes on: the GPU the node gave its worker, else the CPU.
+at::Device compute_device() {
+  if (!torch::cuda::is_available()) return at::kCPU;
+  const char* index = std::getenv("OOZE_DEVICE_INDEX");
+  return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index ? std::atoi(index) : 0));
+}
 
-Packed pack(const std::vector<std::vector<int64_t>>& sequences) {
-  std::vector<int64_t> ids, positions, targets;
-  std::vector<float> mask;
-  std::vector<int32_t> cu{0};
-  for (const auto& sequence : sequences) {
-    for (size_t t = 0; t < sequence.size(); ++t) {
-      ids.push_back(sequence[t]);
-      positions.push_back(static_cast<int64_t>(t));
-      bool predicts = t + 1 < sequence.size();
-      targets.push_back(predicts ? sequence[t + 1] : 0);
-      mask.push_back(predicts ? 1.0f : 0.0f);
-    }
-    cu.push_back(static_cast<int32_t>(ids.size()));
-  }
-  Packed packed{torch::tensor(ids, torch::kLong),   torch::tensor(positions, torch::kLong),
-                torch::tensor(cu, torch::kInt),     torch::tensor(targets, torch::kLong),
-                torch::tensor(mask, torch::kFloat), 0};
-  packed.predicted = static_cast<int64_t>(packed.mask.sum().item<double>());
-  return packed;
+// Where this rank's peers reach it: the node's address (loopback on one machine).
+std::string node_address() {
+  const char* address = std::getenv("OOZE_NODE_ADDRESS");
+  return address != nullptr && *address != '\0' ? address : "127.0.0.1";
 }
 
 }  // namespace
@@ -68,7 +52,7 @@ struct TrainActor::State {
   int rank = 0;
   int world_size = 1;
   std::string model_dir;
-  std::unique_ptr<comm::TcpStoreServer> store_server;  // rank 0
+  at::Device device = at::kCPU;
   std::shared_ptr<comm::Communicator> comm;
   std::unique_ptr<fsdp::FsdpTransformer> model;
   std::unique_ptr<fsdp::ShardedAdamW> optimizer;
@@ -87,21 +71,12 @@ int64_t TrainActor::init(const TrainInit& init) {
   state->world_size = env_int("WORLD_SIZE");
   state->options = init.options;
   state->model_dir = init.model_dir;
-  // Rendezvous: rank 0 hosts the store, the head's key-value store tells the others where.
-  const std::string key = init.group_name + "/store";
-  std::string address;
-  if (state->rank == 0) {
-    state->store_server = std::make_unique<comm::TcpStoreServer>("127.0.0.1", 0);
-    address = "127.0.0.1:" + std::to_string(state->store_server->port());
-    actors::kv_put(key, address);
-  } else {
-    address = actors::kv_get(key, std::chrono::seconds(60));
-  }
-  auto [host, port] = comm::parse_host_port(address);
-  auto store =
-      std::make_shared<comm::TcpStore>(host, port, state->rank, false, std::chrono::seconds(60));
-  state->comm = comm::make_gloo_communicator(store, state->rank, state->world_size, init.group_name,
-                                             std::chrono::seconds(120));
+  state->device = compute_device();
+  comm::ProcessGroupOptions group = init.options.distributed;
+  group.host = node_address();
+  state->comm = comm::init_process_group(
+      std::make_shared<comm::PrefixStore>(init.group_name, std::make_shared<actors::KvStore>()),
+      state->rank, state->world_size, init.group_name, state->device, group);
 
   const TrainerOptions& options = init.options;
   fsdp::FsdpTransformerOptions fsdp_options;
@@ -110,8 +85,9 @@ int64_t TrainActor::init(const TrainInit& init) {
   fsdp_options.shard.prefetch = options.prefetch;
   fsdp_options.activation_checkpointing = options.gradient_checkpointing;
   models::ModelConfig config = models::load_model_config(init.model_dir);
-  state->model = std::make_unique<fsdp::FsdpTransformer>(models::TransformerModel(config),
-                                                         state->comm, fsdp_options);
+  models::TransformerModel model(config);
+  model->to(state->device);
+  state->model = std::make_unique<fsdp::FsdpTransformer>(model, state->comm, fsdp_options);
   fsdp::load_sharded_safetensors(state->model->sharded(), init.model_dir);
   fsdp::ShardedAdamWOptions adam;
   adam.beta1 = options.adam_beta1;
@@ -129,77 +105,36 @@ int64_t TrainActor::init(const TrainInit& init) {
 
 TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
   if (!state_) throw Error("TrainActor::train_step before init");
-  if (batch.global_tokens <= 0) throw Error("train_step: global_tokens must be positive");
-  auto start = std::chrono::steady_clock::now();
-  fsdp::FsdpTransformer& model = *state_->model;
-  TrainStepResult result;
-  // Gradients are averaged over ranks: scale by W so the update is that of the mean over every
-  // rank's tokens. Micro-batches accumulate into the same gradient shards.
-  const double scale = static_cast<double>(state_->world_size) / batch.global_tokens;
-  const size_t count = batch.sequences.size();
-  const size_t micro = state_->options.micro_batch_size > 0
-                           ? static_cast<size_t>(state_->options.micro_batch_size)
-                           : std::max<size_t>(count, 1);
-  // Each forward/backward is a sequence of collectives: every rank must run as many.
-  const int64_t passes = static_cast<int64_t>((count + micro - 1) / micro);
-  torch::Tensor extremes = torch::tensor({passes, -passes}, torch::kLong);
-  state_->comm->all_reduce(extremes, comm::ReduceOp::MAX);
-  if (extremes[0].item<int64_t>() != -extremes[1].item<int64_t>()) {
-    throw Error("train_step: rank " + std::to_string(state_->rank) + " got " +
-                std::to_string(count) + " sequences (" + std::to_string(passes) +
-                " micro-batches) but the ranks' micro-batch counts range from " +
-                std::to_string(-extremes[1].item<int64_t>()) + " to " +
-                std::to_string(extremes[0].item<int64_t>()) +
-                ": give every rank the same number of micro-batches");
-  }
-  for (size_t first = 0; first < count; first += micro) {
-    std::vector<std::vector<int64_t>> sequences(
-        batch.sequences.begin() + static_cast<std::ptrdiff_t>(first),
-        batch.sequences.begin() + static_cast<std::ptrdiff_t>(std::min(first + micro, count)));
-    Packed packed = pack(sequences);
-    torch::Tensor hidden = model.forward(packed.input_ids, packed.position_ids, packed.cu_seqlens);
-    models::TokenLogProbs out =
-        models::compute_token_log_probs(hidden, model.lm_head_weight(), packed.targets);
-    torch::Tensor nll = -(out.log_probs.to(torch::kFloat) * packed.mask);
-    model.backward(nll.sum() * scale);
-    result.loss_sum += nll.detach().to(torch::kDouble).sum().item<double>();
-    result.tokens += packed.predicted;
-  }
+  const auto start = std::chrono::steady_clock::now();
+  const TrainerOptions& options = state_->options;
   fsdp::TrainingProgress& progress = state_->progress;
-  result.lr = state_->schedule->lr_at(progress.lr_completed_steps);
-  fsdp::StepResult step = fsdp::clip_and_step(model.sharded(), *state_->optimizer, result.lr,
-                                              state_->options.clip_grad);
+  const double lr = state_->schedule->lr_at(progress.lr_completed_steps);
+  const fsdp::TrainStepOutput step =
+      fsdp::train_step(*state_->model, *state_->optimizer, lr, batch.samples,
+                       {options.packing, options.loss_aggregation, options.clip_grad});
   // As in Megatron, a skipped step counts as an iteration but does not advance the schedule.
   progress.iteration += 1;
   progress.lr_completed_steps += step.skipped ? 0 : 1;
-  progress.consumed_samples += batch.global_samples;
+  progress.consumed_samples += step.samples;
+
+  TrainStepResult result;
+  result.metrics = step.metrics;
+  result.samples = step.samples;
+  result.loss_tokens = step.loss_tokens;
+  result.micro_batches = step.micro_batches;
   result.grad_norm = step.grad_norm;
+  result.lr = lr;
   result.skipped = step.skipped;
   result.compute_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 
-std::vector<std::vector<float>> TrainActor::compute_log_probs(const TrainBatch& batch) {
+fsdp::ResponseLogProbs TrainActor::compute_log_probs(const TrainBatch& batch, double temperature,
+                                                     bool with_entropy) {
   if (!state_) throw Error("TrainActor::compute_log_probs before init");
-  torch::NoGradGuard no_grad;
-  Packed packed = pack(batch.sequences);
-  fsdp::FsdpTransformer& model = *state_->model;
-  torch::Tensor hidden = model.forward(packed.input_ids, packed.position_ids, packed.cu_seqlens);
-  torch::Tensor log_probs =
-      models::compute_token_log_probs(hidden, model.lm_head_weight(), packed.targets)
-          .log_probs.to(torch::kFloat);
-  model.reshard();
-  std::vector<std::vector<float>> per_sequence;
-  int64_t offset = 0;
-  for (const auto& sequence : batch.sequences) {
-    int64_t predicted = static_cast<int64_t>(sequence.size()) - 1;
-    std::vector<float> values;
-    for (int64_t t = 0; t < predicted; ++t) values.push_back(log_probs[offset + t].item<float>());
-    per_sequence.push_back(std::move(values));
-    offset += static_cast<int64_t>(sequence.size());
-  }
-  return per_sequence;
+  return fsdp::compute_log_probs(*state_->model, batch.samples, state_->options.packing,
+                                 temperature, with_entropy);
 }
 
 TrainProgress TrainActor::save(const std::string& dir) {

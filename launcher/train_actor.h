@@ -1,13 +1,15 @@
 // The trainer as an actor: one FSDP rank per TrainActor, W of them in an ActorGroup. The
-// runtime gives each its RANK and WORLD_SIZE; rank 0 hosts the collective rendezvous store and
-// publishes its address in the head's key-value store, where the other ranks find it.
+// runtime gives each its RANK and WORLD_SIZE; the ranks form their collective group through the
+// actor runtime's key-value store (so they may sit on any nodes), over NCCL when they compute on
+// a GPU and Gloo on the CPU. Each step is fsdp/train_step.h: the caller deals the global batch
+// out (fsdp::split_across_ranks), every rank plans, packs and trains on its share.
 //
 //   auto trainers = ActorGroup<TrainActor>::spawn(2, options);
 //   get_all(trainers.call_all(&TrainActor::init, TrainInit{model_dir, group, trainer_options}));
 //   get_all(trainers.call_all(&TrainActor::load, std::string("/ckpt")));   // to resume
 //   auto results = get_all(trainers.call_each(&TrainActor::train_step,
-//                                             [&](int r) { return std::make_tuple(batch_of(r));
-//                                             }));
+//                                             [&](int r) { return std::make_tuple(batch_of(r)); }));
+//   results[0].metrics.at("loss");   // the step's, the same on every rank
 //   get_all(trainers.call_all(&TrainActor::save, std::string("/ckpt")));
 //   get_all(trainers.call_all(&TrainActor::save_hf, std::string("/out/model")));
 #pragma once
@@ -17,6 +19,12 @@
 #include <string>
 #include <vector>
 
+#include <cereal/types/map.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+
+#include "fsdp/packing.h"
+#include "fsdp/train_step.h"
 #include "launcher/trainer_options.h"
 
 namespace ooze::launcher {
@@ -31,27 +39,28 @@ struct TrainInit {
   }
 };
 
-// This rank's share of one global batch: token sequences, trained on every next token.
+// This rank's share of one global batch (fsdp/packing.h: tokens, response length, per-token
+// values); fsdp::language_modeling_sample makes a plain language-modelling one.
 struct TrainBatch {
-  std::vector<std::vector<int64_t>> sequences;
-  int64_t global_tokens = 0;   // predicted tokens over all ranks: the loss is their mean
-  int64_t global_samples = 0;  // sequences over all ranks: counted into consumed_samples
+  std::vector<fsdp::PackingSample> samples;
   template <class A>
   void serialize(A& ar) {
-    ar(sequences, global_tokens, global_samples);
+    ar(samples);
   }
 };
 
 struct TrainStepResult {
-  double loss_sum = 0.0;   // summed over this rank's predicted tokens
-  int64_t tokens = 0;      // this rank's predicted tokens
-  double grad_norm = 0.0;  // global (same on every rank)
+  std::map<std::string, double> metrics;  // the step's loss metrics (same on every rank)
+  int64_t samples = 0;                    // over all ranks
+  int64_t loss_tokens = 0;                // tokens the loss counted, over all ranks
+  int64_t micro_batches = 0;              // per rank
+  double grad_norm = 0.0;                 // global, before clipping
   double lr = 0.0;
   bool skipped = false;
-  double compute_seconds = 0.0;  // forward + backward + optimizer on this rank
+  double compute_seconds = 0.0;  // the whole step on this rank
   template <class A>
   void serialize(A& ar) {
-    ar(loss_sum, tokens, grad_norm, lr, skipped, compute_seconds);
+    ar(metrics, samples, loss_tokens, micro_batches, grad_norm, lr, skipped, compute_seconds);
   }
 };
 
@@ -72,8 +81,10 @@ class TrainActor {
   // Joins the group's collectives and loads the model sharded. Returns the parameter count.
   int64_t init(const TrainInit& init);
   TrainStepResult train_step(const TrainBatch& batch);
-  // Per-token log-probabilities of each sequence's next tokens (for RL and evaluation).
-  std::vector<std::vector<float>> compute_log_probs(const TrainBatch& batch);
+  // log p of every response token of each sample (and its entropy with `with_entropy`), in the
+  // batch's order, at `temperature` (fsdp::compute_log_probs); a collective like train_step.
+  fsdp::ResponseLogProbs compute_log_probs(const TrainBatch& batch, double temperature,
+                                           bool with_entropy);
   // Writes a sharded checkpoint of weights, AdamW state, schedule position and RNG into
   // DIR/iter_<iteration> (fsdp/checkpoint.h); every rank takes part.
   TrainProgress save(const std::string& dir);

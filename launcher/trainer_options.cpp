@@ -54,11 +54,6 @@ void add_trainer_fields(ConfigSchema& schema, const TrainerOptions& defaults) {
   schema.add_bool("gradient_checkpointing", defaults.gradient_checkpointing,
                   "Recompute each decoder layer's activations in backward instead of keeping "
                   "them.");
-  schema
-      .add_int("micro_batch_size", defaults.micro_batch_size,
-               "Sequences per forward/backward on one rank; gradients accumulate over the "
-               "rank's batch. 0: the whole rank batch at once.")
-      .min(0);
 
   schema.section("checkpoint");
   schema.add_string("load", "", "Resume from the newest checkpoint in this directory.");
@@ -70,6 +65,10 @@ void add_trainer_fields(ConfigSchema& schema, const TrainerOptions& defaults) {
                   "Load the AdamW state; --no-load-optim loads the weights only.");
   schema.add_bool("load_rng", defaults.load_rng,
                   "Restore each rank's RNG state; --no-load-rng skips it.");
+
+  fsdp::add_batching_fields(schema, defaults.packing);
+  algorithms::add_loss_aggregation_field(schema, defaults.loss_aggregation);
+  comm::add_distributed_fields(schema, defaults.distributed);
 }
 
 fsdp::LrScheduleOptions lr_schedule_options(const TrainerOptions& options) {
@@ -107,7 +106,10 @@ TrainerOptions trainer_options_from_config(const Config& config, int64_t total_i
   options.reshard_after_forward = config.get<bool>("reshard_after_forward");
   options.prefetch = config.get<bool>("prefetch");
   options.gradient_checkpointing = config.get<bool>("gradient_checkpointing");
-  options.micro_batch_size = config.get<int64_t>("micro_batch_size");
+  options.packing = fsdp::PackingOptions::from_config(config);
+  options.loss_aggregation =
+      algorithms::parse_loss_aggregation(config.get<std::string>("loss_aggregation"));
+  options.distributed = comm::ProcessGroupOptions::from_config(config);
   options.ckpt_step = config.get<int64_t>("ckpt_step");
   options.load_optim = config.get<bool>("load_optim");
   options.load_rng = config.get<bool>("load_rng");

@@ -1,19 +1,24 @@
 // What a TrainActor is configured with, beyond the model: the optimizer and its learning-rate
-// schedule, the FSDP options and how checkpoints are loaded. Flags carry Megatron's / Slime's
+// schedule, the FSDP options, how checkpoints are loaded, and the fields of the modules its
+// step runs (micro-batching from fsdp/packing.h, the loss aggregation from algorithms/, the
+// collective group's timeout from comm/process_group.h). Flags carry Megatron's / Slime's
 // names where the feature is the same (--lr-decay-style, --adam-beta2, --clip-grad,
 // --no-load-optim, ...), so a Slime launcher script's optimizer block reads the same here.
 // Defaults are Megatron's (weight decay 0.01, betas 0.9 / 0.999, eps 1e-8, clipping at 1.0),
 // with the learning rate and the constant schedule of Slime's RL scripts.
 //
-//   add_trainer_fields(schema);                       // sections optimizer, fsdp, checkpoint
+//   add_trainer_fields(schema);  // optimizer, fsdp, checkpoint, batching, loss, distributed
 //   TrainerOptions options = trainer_options_from_config(config, num_steps);
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "algorithms/loss_aggregation.h"
+#include "comm/process_group.h"
 #include "core/config.h"
 #include "fsdp/lr_schedule.h"
+#include "fsdp/packing.h"
 
 namespace ooze::launcher {
 
@@ -40,7 +45,13 @@ struct TrainerOptions {
   bool reshard_after_forward = true;
   bool prefetch = true;
   bool gradient_checkpointing = false;
-  int64_t micro_batch_size = 0;  // sequences per forward/backward on a rank; 0: all of them
+
+  // The step: micro-batches and the loss's normalisation.
+  fsdp::PackingOptions packing;
+  algorithms::LossAggregation loss_aggregation = algorithms::LossAggregation::kSequenceMeanTokenMean;
+
+  // The collective group.
+  comm::ProcessGroupOptions distributed;
 
   // Loading a checkpoint (TrainActor::load).
   int64_t ckpt_step = -1;  // -1: the iteration the tracker names
@@ -52,13 +63,15 @@ struct TrainerOptions {
     ar(lr, min_lr, lr_warmup_init, lr_warmup_iters, lr_warmup_fraction, lr_decay_iters,
        lr_decay_style, lr_wsd_decay_iters, lr_wsd_decay_style, total_iters, weight_decay,
        adam_beta1, adam_beta2, adam_eps, clip_grad);
-    ar(bf16, reshard_after_forward, prefetch, gradient_checkpointing, micro_batch_size);
+    ar(bf16, reshard_after_forward, prefetch, gradient_checkpointing);
+    ar(packing, loss_aggregation, distributed);
     ar(ckpt_step, load_optim, load_rng);
   }
 };
 
-// Declares the optimizer, fsdp and checkpoint-loading sections (`lr` among them), with the
-// values in `defaults` as defaults (TrainerOptions{} holds Slime's).
+// Declares the optimizer, fsdp and checkpoint-loading sections (`lr` among them) and composes
+// the batching, loss and distributed sections of the modules the step runs, with the values in
+// `defaults` as defaults (TrainerOptions{} holds Slime's).
 void add_trainer_fields(ConfigSchema& schema, const TrainerOptions& defaults = {});
 
 // Reads the fields add_trainer_fields declared. Throws ooze::ConfigError naming the flag when

@@ -102,7 +102,8 @@ TEST(SftDemo, ResumingAtAnotherWorldSizeContinuesTheSameRun) {
 
   DemoRun resumed =
       run_demo({"--out", dir + "/resumed", "--steps", "6", "--world-size", "1", "--load",
-                dir + "/whole/checkpoints", "--ckpt-step", "3", "--micro-batch-size", "5",
+                dir + "/whole/checkpoints", "--ckpt-step", "3", "--no-use-dynamic-batch-size",
+                "--micro-batch-size", "5",
                 "--no-reshard-after-forward", "--gradient-checkpointing"},
                dir + "/resumed.txt");
   EXPECT_NE(resumed.output.find("resumed from " + dir + "/whole/checkpoints at step 3"),

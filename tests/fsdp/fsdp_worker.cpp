@@ -467,13 +467,15 @@ void run_hf_export(const std::map<std::string, std::string>& config,
   write_outcome(comm, out_dir, config.at("name"), tensors, {});
 }
 
-// This rank's slice of the scored batch, through `score`, gathered from every rank.
-torch::Tensor score_slices(const std::shared_ptr<comm::Communicator>& comm, int64_t vocab,
-                           const std::function<torch::Tensor(const PackedBatch&)>& score) {
+// This rank's slice of the scored batch, through `score` (the log-probs of each sample's
+// response tokens), concatenated and gathered from every rank.
+torch::Tensor score_slices(
+    const std::shared_ptr<comm::Communicator>& comm, int64_t vocab,
+    const std::function<fsdp::ResponseLogProbs(const std::vector<fsdp::PackingSample>&)>& score) {
   const int per_rank = kGlobalSequences / comm->size();
-  const PackedBatch batch =
-      pack(global_sequences(kScoreStep, vocab), comm->rank() * per_rank, per_rank);
-  return gather_from_ranks(comm, score(batch));
+  const fsdp::ResponseLogProbs scored =
+      score(samples_of(global_sequences(kScoreStep, vocab), comm->rank() * per_rank, per_rank));
+  return gather_from_ranks(comm, torch::cat(scored.log_probs));
 }
 
 void check_frozen(const fsdp::ReferenceModel& reference, const std::string& which) {
@@ -508,23 +510,16 @@ void run_reference(const std::map<std::string, std::string>& config,
 
   const int64_t vocab = policy.model()->config().vocab_size;
   const auto reference_score = [](fsdp::ReferenceModel& reference) {
-    return [&reference](const PackedBatch& batch) {
-      return reference.compute_log_probs(batch.input_ids, batch.position_ids, batch.cu_seqlens,
-                                         batch.targets);
+    return [&reference](const std::vector<fsdp::PackingSample>& samples) {
+      return reference.compute_log_probs(samples, fsdp::PackingOptions{});
     };
   };
   NamedTensors tensors = {
       {"copy_log_probs", score_slices(comm, vocab, reference_score(copy))},
       {"hf_log_probs", score_slices(comm, vocab, reference_score(from_hf))},
-      {"policy_log_probs", score_slices(comm, vocab, [&policy](const PackedBatch& batch) {
-         torch::NoGradGuard no_grad;
-         const torch::Tensor hidden =
-             policy.forward(batch.input_ids, batch.position_ids, batch.cu_seqlens);
-         torch::Tensor out =
-             models::compute_token_log_probs(hidden, policy.lm_head_weight(), batch.targets)
-                 .log_probs;
-         policy.reshard();
-         return out;
+      {"policy_log_probs",
+       score_slices(comm, vocab, [&policy](const std::vector<fsdp::PackingSample>& samples) {
+         return fsdp::compute_log_probs(policy, samples, fsdp::PackingOptions{});
        })}};
   check_frozen(copy, "the copied");
   write_outcome(comm, out_dir, config.at("name"), tensors, {});

@@ -148,9 +148,10 @@ TEST(FsdpHfExport, ExportedModelGivesTheShardedModelsLogitsExactly) {
   }
 }
 
-// log p(target) of every token, per rank slice as the worker scores them: through the same
-// fp32 path as the reference (compute_token_log_probs), and independently in double precision
-// from the plain model's logits.
+// log p of every predicted token (each sequence's tokens after its first), in the order the
+// worker gathers them (rank slices, sequence by sequence): through compute_token_log_probs in
+// fp32 as the trainer computes them, and independently in double precision from the plain
+// model's logits.
 struct PlainScores {
   torch::Tensor fp32, fp64;
 };
@@ -164,12 +165,14 @@ PlainScores plain_scores(ooze::models::TransformerModel& model, int world) {
     const PackedBatch batch = pack(sequences, r * per_rank, per_rank);
     const torch::Tensor hidden =
         model->forward(batch.input_ids, batch.position_ids, batch.cu_seqlens);
+    const torch::Tensor predicted = batch.mask.to(torch::kBool);
     fp32.push_back(
         ooze::models::compute_token_log_probs(hidden, model->lm_head_weight(), batch.targets)
-            .log_probs);
+            .log_probs.masked_select(predicted));
     const torch::Tensor logits = model->logits(hidden).to(torch::kDouble);
     const torch::Tensor log_z = logits.logsumexp(-1);
-    fp64.push_back(logits.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) - log_z);
+    fp64.push_back(
+        (logits.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) - log_z).masked_select(predicted));
   }
   return {torch::cat(fp32), torch::cat(fp64)};
 }

@@ -432,12 +432,9 @@ TEST(PlanBatch, SplitIntoTooFewMicroBatchesIsAnError) {
                "too few");
 }
 
-TEST(PackingOptions, FromConfig) {
+TEST(PackingOptions, FromTheBatchingFieldsItDeclares) {
   ConfigSchema schema;
-  schema.add_bool("use_dynamic_batch_size", false, "doc");
-  schema.add_int("max_tokens_per_gpu", 0, "doc");
-  schema.add_int("micro_batch_size", 1, "doc");
-  schema.add_bool("balance_data", false, "doc");
+  add_batching_fields(schema);
   PackingOptions options = PackingOptions::from_config(
       load_config(schema, "",
                   {"--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096", "--balance-data",
@@ -447,12 +444,18 @@ TEST(PackingOptions, FromConfig) {
   EXPECT_TRUE(options.balance_data);
   EXPECT_EQ(options.micro_batch_size, 3);
 
-  PackingOptions defaults = PackingOptions::from_config(load_config(schema, "", {}));
+  // One default per field: the struct's, which the schema declares.
+  const PackingOptions defaults = PackingOptions::from_config(load_config(schema, "", {}));
   EXPECT_FALSE(defaults.use_dynamic_batch_size);
   EXPECT_FALSE(defaults.balance_data);
+  EXPECT_EQ(defaults.micro_batch_size, PackingOptions{}.micro_batch_size);
+  EXPECT_EQ(defaults.max_tokens_per_gpu, PackingOptions{}.max_tokens_per_gpu);
+  EXPECT_EQ(schema.find("micro_batch_size")->section, "batching");
 
-  EXPECT_THROW(PackingOptions::from_config(load_config(schema, "", {"--use-dynamic-batch-size"})),
-               ConfigError);
+  expect_error([&] { load_config(schema, "", {"--max-tokens-per-gpu", "0"}); },
+               "--max-tokens-per-gpu");
+  expect_error([&] { load_config(schema, "", {"--micro-batch-size", "0"}); },
+               "--micro-batch-size");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // What the fsdp tests and their worker processes share: a tiny Qwen3-shaped model, the global
-// batches every rank slices from one seed, the loss, and a plain (unsharded) reference trainer
-// written with torch::optim::AdamW. Header-only so the worker and the tests build the same
-// data without a library of their own.
+// batches every rank slices from one seed, a plain (unsharded) reference trainer written with
+// torch::optim::AdamW and its own loss, and the FSDP side driven through fsdp::train_step, the
+// step every TrainActor runs. Header-only so the worker and the tests build the same data
+// without a library of their own.
 #pragma once
 
 #include <torch/torch.h>
@@ -11,14 +12,18 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/optimizer_step.h"
+#include "fsdp/packing.h"
 #include "fsdp/sharded_adamw.h"
+#include "fsdp/train_step.h"
 #include "models/log_probs.h"
 #include "models/model_config.h"
 #include "models/transformer.h"
@@ -67,29 +72,31 @@ inline std::vector<std::vector<int64_t>> global_sequences(int step, int64_t voca
   return sequences;
 }
 
-// Sequences [first, first + count) packed: input ids, restarting positions, cu_seqlens, and
-// the next-token targets with a mask that drops each sequence's last token.
+// Sequences [first, first + count) as language-modelling samples (trained on every token after
+// their first).
+inline std::vector<fsdp::PackingSample> samples_of(const std::vector<std::vector<int64_t>>& sequences,
+                                                   int first, int count) {
+  std::vector<fsdp::PackingSample> samples;
+  for (int s = first; s < first + count; ++s) {
+    samples.push_back(fsdp::language_modeling_sample(sequences[static_cast<size_t>(s)]));
+  }
+  return samples;
+}
+
+// Those sequences packed by fsdp/packing.h, seen as the plain reference sees them: input ids,
+// restarting positions, cu_seqlens, and at position t the next token as target with a mask
+// saying whether the packer counts that token.
 struct PackedBatch {
   torch::Tensor input_ids, position_ids, cu_seqlens, targets, mask;
 };
 
 inline PackedBatch pack(const std::vector<std::vector<int64_t>>& sequences, int first, int count) {
-  std::vector<int64_t> ids, positions, targets;
-  std::vector<float> mask;
-  std::vector<int32_t> cu{0};
-  for (int s = first; s < first + count; ++s) {
-    const auto& seq = sequences[static_cast<size_t>(s)];
-    for (size_t t = 0; t < seq.size(); ++t) {
-      ids.push_back(seq[t]);
-      positions.push_back(static_cast<int64_t>(t));
-      targets.push_back(t + 1 < seq.size() ? seq[t + 1] : 0);
-      mask.push_back(t + 1 < seq.size() ? 1.0f : 0.0f);
-    }
-    cu.push_back(static_cast<int32_t>(ids.size()));
-  }
-  return {torch::tensor(ids, torch::kLong), torch::tensor(positions, torch::kLong),
-          torch::tensor(cu, torch::kInt), torch::tensor(targets, torch::kLong),
-          torch::tensor(mask, torch::kFloat)};
+  std::vector<int64_t> all(static_cast<size_t>(count));
+  std::iota(all.begin(), all.end(), int64_t{0});
+  const fsdp::PackedMicroBatch packed =
+      fsdp::pack_micro_batch(samples_of(sequences, first, count), all);
+  return {packed.tokens, packed.position_ids, packed.cu_seqlens, torch::roll(packed.tokens, -1),
+          torch::roll(packed.loss_mask, -1)};
 }
 
 // Mean negative log-likelihood over the batch's targets (the training loss), and the sum of
@@ -173,33 +180,29 @@ inline TrainRecord train_plain(models::TransformerModel& model, const TrainSetti
   return record;
 }
 
-// The same loop through FSDP: rank r takes its contiguous slice of every global batch, split
-// into settings.micro_batches micro-batches; the step is fsdp::clip_and_step.
+// The same loop through fsdp::train_step: rank r trains on its contiguous slice of every global
+// batch, in settings.micro_batches micro-batches, on the mean over every rank's predicted tokens.
 inline TrainRecord train_fsdp(fsdp::FsdpTransformer& model, fsdp::ShardedAdamW& optimizer,
                               const TrainSettings& settings) {
   fsdp::FullyShardedModule& sharded = model.sharded();
   const int rank = sharded.rank(), world = sharded.world_size();
   const int per_rank = kGlobalSequences / world;
-  const int per_micro = per_rank / settings.micro_batches;
+  fsdp::TrainStepOptions options;
+  options.packing.micro_batch_size = per_rank / settings.micro_batches;
+  options.loss_aggregation = algorithms::LossAggregation::kTokenMean;
+  options.clip_grad = settings.clip_grad;
   TrainRecord record;
   for (int step = settings.first_step; step < settings.first_step + settings.steps; ++step) {
     const auto sequences = global_sequences(step, model.model()->config().vocab_size);
-    double loss_sum = 0.0, loss_count = 0.0;
-    for (int k = 0; k < settings.micro_batches; ++k) {
-      const PackedBatch batch = pack(sequences, rank * per_rank + k * per_micro, per_micro);
-      torch::Tensor hidden = model.forward(batch.input_ids, batch.position_ids, batch.cu_seqlens);
-      BatchLoss loss = batch_loss(hidden, model.lm_head_weight(), batch);
-      if (settings.micro_batches > 1) loss.mean = loss.mean / settings.micro_batches;
-      model.backward(loss.mean);
-      loss_sum += loss.sum;
-      loss_count += loss.count;
-    }
-    torch::Tensor totals = torch::tensor({loss_sum, loss_count}, torch::kDouble);
-    if (world > 1) sharded.communicator()->all_reduce(totals, comm::ReduceOp::SUM);
     const double lr = settings.lr_at ? settings.lr_at(step) : settings.lr;
-    const fsdp::StepResult result = fsdp::clip_and_step(sharded, optimizer, lr, settings.clip_grad);
-    record.losses.push_back(totals[0].item<double>() / totals[1].item<double>());
-    record.grad_norms.push_back(result.grad_norm);
+    const fsdp::TrainStepOutput out = fsdp::train_step(
+        model, optimizer, lr, samples_of(sequences, rank * per_rank, per_rank), options);
+    if (out.micro_batches != settings.micro_batches) {
+      throw Error("train_fsdp: the step ran " + std::to_string(out.micro_batches) +
+                  " micro-batches, the settings ask for " + std::to_string(settings.micro_batches));
+    }
+    record.losses.push_back(out.metrics.at("loss"));
+    record.grad_norms.push_back(out.grad_norm);
   }
   return record;
 }

@@ -12,6 +12,8 @@
 
 #include "actors/actor_group.h"
 #include "actors/runtime.h"
+#include "core/safetensors.h"
+#include "fsdp/train_step.h"
 #include "models/model_init.h"
 #include "tests/support/process.h"
 
@@ -48,17 +50,23 @@ class TrainActorTest : public ::testing::Test {
     delete dir_;
   }
 
+  // The options every group here trains with, then `flags` (trainer_options.h's flags).
+  static TrainerOptions trainer_options(const std::vector<std::string>& flags = {}) {
+    TrainerOptions defaults;
+    defaults.lr = 1e-2;
+    defaults.loss_aggregation = algorithms::LossAggregation::kTokenMean;
+    ConfigSchema schema;
+    add_trainer_fields(schema, defaults);
+    return trainer_options_from_config(load_config(schema, "", flags), /*total_iters=*/10);
+  }
+
   // `size` TrainActors on the initial model, joined as one FSDP group.
   static ActorGroup<TrainActor> start_group(int size, const std::string& name,
-                                            int64_t micro_batch_size = 0) {
+                                            const TrainerOptions& trainer = trainer_options()) {
     actors::ActorGroupOptions options;
     options.actor.resources = {{"CPU", 1}};
     options.group_name = name;
     auto group = ActorGroup<TrainActor>::spawn(size, options);
-    TrainerOptions trainer;
-    trainer.lr = 1e-2;
-    trainer.total_iters = 10;
-    trainer.micro_batch_size = micro_batch_size;
     get_all(group.call_all(&TrainActor::init, TrainInit{*dir_ + "/model", name, trainer}));
     return group;
   }
@@ -68,10 +76,10 @@ class TrainActorTest : public ::testing::Test {
     for (const auto& actor : group.actors()) actors::kill(actor);
   }
 
-  // Global batch `step`: kBatchSize random sequences of 5..16 tokens.
-  static Sequences batch(int step) {
+  // Global batch `step`: `size` random sequences of 5..16 tokens.
+  static Sequences batch(int step, int size = kBatchSize) {
     std::mt19937_64 random(1000 + step);
-    Sequences sequences(kBatchSize);
+    Sequences sequences(size);
     for (auto& sequence : sequences) {
       sequence.resize(5 + random() % 12);
       for (int64_t& token : sequence) token = static_cast<int64_t>(random() % vocab_);
@@ -79,43 +87,69 @@ class TrainActorTest : public ::testing::Test {
     return sequences;
   }
 
-  // One step of `group` on global batch `step`, rank r taking every W-th sequence; returns
-  // the mean loss over the batch's predicted tokens.
-  static double train(const ActorGroup<TrainActor>& group, int step) {
-    Sequences sequences = batch(step);
-    int world = group.size();
-    std::vector<TrainBatch> shares(world);
-    int64_t tokens = 0;
-    for (size_t i = 0; i < sequences.size(); ++i) {
-      shares[i % world].sequences.push_back(sequences[i]);
-      tokens += static_cast<int64_t>(sequences[i].size()) - 1;
+  static TrainBatch batch_of(const Sequences& sequences) {
+    TrainBatch out;
+    for (const auto& sequence : sequences) {
+      out.samples.push_back(fsdp::language_modeling_sample(sequence));
     }
-    for (TrainBatch& share : shares) {
-      share.global_tokens = tokens;
-      share.global_samples = kBatchSize;
+    return out;
+  }
+
+  // One step of `group` on `sequences` dealt out as the driver deals them (fsdp/packing.h's
+  // split_across_ranks with the group's options); returns the step's loss, which every rank
+  // must report alike.
+  static double train(const ActorGroup<TrainActor>& group, const Sequences& sequences,
+                      const fsdp::PackingOptions& packing = {}) {
+    const TrainBatch global = batch_of(sequences);
+    const auto shares =
+        fsdp::split_across_ranks(fsdp::sample_lengths(global.samples), group.size(), packing);
+    std::vector<TrainBatch> per_rank(group.size());
+    for (int rank = 0; rank < group.size(); ++rank) {
+      for (int64_t index : shares[rank]) per_rank[rank].samples.push_back(global.samples[index]);
     }
     auto results = get_all(group.call_each(
-        &TrainActor::train_step, [&](int rank) { return std::make_tuple(shares[rank]); }));
-    double loss_sum = 0;
+        &TrainActor::train_step, [&](int rank) { return std::make_tuple(per_rank[rank]); }));
     for (const TrainStepResult& result : results) {
       EXPECT_FALSE(result.skipped);
       EXPECT_GT(result.grad_norm, 0.0);
-      loss_sum += result.loss_sum;
+      EXPECT_EQ(result.samples, static_cast<int64_t>(sequences.size()));
+      EXPECT_EQ(result.metrics, results.front().metrics);
+      EXPECT_EQ(result.grad_norm, results.front().grad_norm);
     }
-    return loss_sum / static_cast<double>(tokens);
+    return results.front().metrics.at("loss");
+  }
+  static double train(const ActorGroup<TrainActor>& group, int step) {
+    return train(group, batch(step));
   }
 
   // Every rank's log-probs of the same sequences (rank 0's are returned): each rank scores the
   // whole batch with the full weights, so all must agree exactly.
   static std::vector<std::vector<float>> score(const ActorGroup<TrainActor>& group,
                                                const Sequences& sequences) {
-    TrainBatch scored;
-    scored.sequences = sequences;
-    auto per_rank = get_all(group.call_all(&TrainActor::compute_log_probs, scored));
-    for (size_t rank = 1; rank < per_rank.size(); ++rank) {
-      EXPECT_EQ(per_rank[rank], per_rank[0]) << "rank " << rank;
+    auto per_rank = get_all(group.call_all(&TrainActor::compute_log_probs, batch_of(sequences),
+                                           /*temperature=*/1.0, /*with_entropy=*/false));
+    std::vector<std::vector<std::vector<float>>> values;
+    for (const fsdp::ResponseLogProbs& rank : per_rank) {
+      values.emplace_back();
+      for (const at::Tensor& sample : rank.log_probs) {
+        values.back().emplace_back(sample.data_ptr<float>(), sample.data_ptr<float>() + sample.numel());
+      }
     }
-    return per_rank[0];
+    for (size_t rank = 1; rank < values.size(); ++rank) {
+      EXPECT_EQ(values[rank], values[0]) << "rank " << rank;
+    }
+    return values[0];
+  }
+
+  // The group's full weights, as save_hf writes them.
+  static std::map<std::string, at::Tensor> weights(const ActorGroup<TrainActor>& group,
+                                                   const std::string& name) {
+    const std::string out = *dir_ + "/" + name;
+    get_all(group.call_all(&TrainActor::save_hf, out));
+    const ShardedSafetensors file = ShardedSafetensors::open(out);
+    std::map<std::string, at::Tensor> tensors;
+    for (const std::string& tensor : file.names()) tensors[tensor] = file.tensor(tensor).clone();
+    return tensors;
   }
 
   static std::string* dir_;
@@ -147,7 +181,7 @@ TEST_F(TrainActorTest, TwoRanksCheckpointAndOneRankContinuesTheirRun) {
     EXPECT_NEAR(static_cast<double>(whole) / static_cast<double>(half), 2.0, 0.02);
   }
 
-  Sequences probe = batch(99);
+  const Sequences probe = batch(99);
   std::vector<std::vector<float>> initial = score(pair, probe);
   EXPECT_EQ(score(single, probe), initial);  // the same initial weights, sharded or not
   for (const auto& values : initial) {
@@ -217,27 +251,57 @@ TEST_F(TrainActorTest, MistakesComeBackAsRemoteErrorsNamingThem) {
   stop(single);
 }
 
-TEST_F(TrainActorTest, UnevenMicroBatchCountsAreRefusedOnEveryRankInsteadOfHanging) {
-  auto pair = start_group(2, "uneven", /*micro_batch_size=*/1);
-  Sequences sequences = batch(0);
-  TrainBatch three, one;
-  three.sequences = {sequences[0], sequences[1], sequences[2]};
-  one.sequences = {sequences[3]};
-  three.global_tokens = one.global_tokens = 10;
-  auto futures = pair.call_each(&TrainActor::train_step,
-                                [&](int rank) { return std::make_tuple(rank == 0 ? three : one); });
-  for (auto& future : futures) {
-    try {
-      future.get(std::chrono::seconds(60));
-      ADD_FAILURE() << "uneven micro-batches were trained";
-    } catch (const actors::RemoteError& error) {
-      EXPECT_NE(std::string(error.what()).find("range from 1 to 3"), std::string::npos)
-          << error.what();
-    }
-  }
-  // Nothing ran, so the group is still in step: an even batch trains.
-  EXPECT_TRUE(std::isfinite(train(pair, 1)));
+// A rank whose share needs fewer micro-batches runs empty ones, so the ranks stay in step, and
+// the step is the one a single rank takes on the whole batch.
+TEST_F(TrainActorTest, UnevenSharesRunEmptyMicroBatchesAndMatchOneRank) {
+  const TrainerOptions options = trainer_options({"--micro-batch-size", "1"});
+  auto pair = start_group(2, "uneven", options);
+  auto single = start_group(1, "uneven-single", options);
+  const Sequences sequences = batch(0);
+  TrainBatch three = batch_of({sequences[0], sequences[1], sequences[2]});
+  TrainBatch one = batch_of({sequences[3]});
+  auto results = get_all(pair.call_each(
+      &TrainActor::train_step, [&](int rank) { return std::make_tuple(rank == 0 ? three : one); }));
+  EXPECT_EQ(results[0].micro_batches, 3);
+  EXPECT_EQ(results[1].micro_batches, 3);  // one sample, two empty micro-batches
+  const double whole = train(single, sequences, options.packing);
+  EXPECT_NEAR(results[0].metrics.at("loss"), whole, 1e-6);
+  EXPECT_LT(max_difference(score(pair, batch(99)), score(single, batch(99))), 1e-5);
   stop(pair);
+  stop(single);
+}
+
+// --max-tokens-per-gpu packing: two ranks, each planning its own micro-batches under the token
+// budget (so their counts differ), train as one rank does on the same global batches.
+TEST_F(TrainActorTest, DynamicBatchingAtTwoRanksMatchesOneRank) {
+  const TrainerOptions options =
+      trainer_options({"--use-dynamic-batch-size", "--max-tokens-per-gpu", "24", "--balance-data",
+                       "--lr", "1e-3"});
+  auto pair = start_group(2, "dynamic-pair", options);
+  auto single = start_group(1, "dynamic-single", options);
+  for (int step = 0; step < 3; ++step) {
+    const Sequences sequences = batch(step, /*size=*/8);
+    const double two = train(pair, sequences, options.packing);
+    const double one = train(single, sequences, options.packing);
+    EXPECT_NEAR(two, one, 1e-6) << "step " << step;
+  }
+  const auto pair_weights = weights(pair, "dynamic-pair-model");
+  const auto single_weights = weights(single, "dynamic-single-model");
+  ASSERT_EQ(pair_weights.size(), single_weights.size());
+  double most = 0;
+  for (const auto& [name, tensor] : single_weights) {
+    most = std::max(most, (pair_weights.at(name) - tensor).abs().max().item<double>());
+  }
+  EXPECT_LE(most, 3e-8);
+  // And they trained: the weights moved from the initial model's.
+  const ShardedSafetensors initial = ShardedSafetensors::open(*dir_ + "/model");
+  double moved = 0;
+  for (const auto& [name, tensor] : single_weights) {
+    moved = std::max(moved, (initial.tensor(name).to(at::kFloat) - tensor).abs().max().item<double>());
+  }
+  EXPECT_GT(moved, 1e-4);
+  stop(pair);
+  stop(single);
 }
 
 }  // namespace

@@ -95,6 +95,14 @@ TEST(TrainerOptionsTest, SlimeFlagsReachEveryField) {
                                                              "--gradient-checkpointing",
                                                              "--micro-batch-size",
                                                              "4",
+                                                             "--use-dynamic-batch-size",
+                                                             "--max-tokens-per-gpu",
+                                                             "2048",
+                                                             "--balance-data",
+                                                             "--loss-aggregation",
+                                                             "token-mean",
+                                                             "--distributed-timeout-minutes",
+                                                             "2.5",
                                                              "--ckpt-step",
                                                              "42",
                                                              "--no-load-optim",
@@ -112,7 +120,12 @@ TEST(TrainerOptionsTest, SlimeFlagsReachEveryField) {
   EXPECT_FALSE(options.reshard_after_forward);
   EXPECT_FALSE(options.prefetch);
   EXPECT_TRUE(options.gradient_checkpointing);
-  EXPECT_EQ(options.micro_batch_size, 4);
+  EXPECT_EQ(options.packing.micro_batch_size, 4);
+  EXPECT_TRUE(options.packing.use_dynamic_batch_size);
+  EXPECT_EQ(options.packing.max_tokens_per_gpu, 2048);
+  EXPECT_TRUE(options.packing.balance_data);
+  EXPECT_EQ(options.loss_aggregation, algorithms::LossAggregation::kTokenMean);
+  EXPECT_EQ(options.distributed.timeout(), std::chrono::milliseconds(150'000));
   EXPECT_EQ(options.ckpt_step, 42);
   EXPECT_FALSE(options.load_optim);
   EXPECT_FALSE(options.load_rng);

@@ -1,0 +1,211 @@
+#include "fsdp/train_step.h"
+
+#include <numeric>
+
+#include "algorithms/sft_loss.h"
+#include "core/error.h"
+#include "fsdp/optimizer_step.h"
+#include "models/log_probs.h"
+
+namespace ooze::fsdp {
+namespace {
+
+using algorithms::LossMetrics;
+
+// Where the model computes: its master shards' device.
+at::Device device_of(FsdpTransformer& model) {
+  return model.sharded().unit(0).master_shard().device();
+}
+
+// Samples are packed on the host and each micro-batch is then copied to the model's device at
+// once (no-op on the CPU).
+PackedMicroBatch pack_on(const at::Device& device, const std::vector<PackingSample>& samples,
+                         const std::vector<int64_t>& indices) {
+  PackedMicroBatch batch = pack_micro_batch(samples, indices);
+  if (batch.tokens.device() == device) return batch;
+  batch.tokens = batch.tokens.to(device);
+  batch.position_ids = batch.position_ids.to(device);
+  batch.cu_seqlens = batch.cu_seqlens.to(device);
+  batch.loss_mask = batch.loss_mask.to(device);
+  for (auto& [name, values] : batch.token_values) values = values.to(device);
+  return batch;
+}
+
+comm::Communicator* group_of(FsdpTransformer& model) {
+  FullyShardedModule& sharded = model.sharded();
+  return sharded.world_size() > 1 ? sharded.communicator().get() : nullptr;
+}
+
+// Steps 1-2: this rank's micro-batches. Each forward and backward is a sequence of
+// collectives, so every rank runs as many micro-batches as the busiest rank needs; a rank with
+// fewer samples runs empty ones. A rank with malformed samples must not leave the others waiting
+// in a collective either: every rank checks its samples first, and the ranks agree on the
+// outcome before any forward.
+std::vector<std::vector<int64_t>> plan_micro_batches(FsdpTransformer& model,
+                                                     const std::vector<PackingSample>& samples,
+                                                     const PackingOptions& options) {
+  std::vector<int64_t> mine(samples.size());
+  std::iota(mine.begin(), mine.end(), int64_t{0});
+  std::vector<int64_t> lengths;
+  int64_t needed = 0;
+  std::string problem;
+  try {
+    pack_micro_batch(samples, mine);  // checks every sample, naming the first malformed one
+    lengths = sample_lengths(samples);
+    needed = count_micro_batches(lengths, mine, options);
+  } catch (const Error& error) {
+    problem = error.what();
+  }
+  at::Tensor agreed = at::tensor({needed, problem.empty() ? int64_t{0} : int64_t{1}}, at::kLong);
+  if (comm::Communicator* group = group_of(model)) group->all_reduce(agreed, comm::ReduceOp::MAX);
+  if (!problem.empty()) throw Error(problem);
+  if (agreed[1].item<int64_t>() != 0) {
+    throw Error("another rank of group '" + model.sharded().communicator()->name() +
+                "' was given malformed samples (its error names them); no rank trained");
+  }
+  const int64_t count = agreed[0].item<int64_t>();
+  if (count == 0) throw Error("no rank of the group was given any sample");
+  return split_into_micro_batches(lengths, mine, count, options);
+}
+
+// Step 3: log p(token t | the earlier tokens of its sample) for every packed token, 0 on each
+// sample's first token (nothing predicts it). The model predicts from position t - 1, so its
+// outputs are shifted by one token within each sample.
+models::TokenLogProbs token_log_probs(FsdpTransformer& model, const PackedMicroBatch& batch,
+                                      double temperature, bool with_entropy) {
+  at::Tensor hidden = model.forward(batch.tokens, batch.position_ids, batch.cu_seqlens);
+  const at::Tensor next_tokens = at::roll(batch.tokens, -1);
+  models::TokenLogProbs predicted = models::compute_token_log_probs(
+      hidden, model.lm_head_weight(), next_tokens, temperature, /*chunk_tokens=*/1024,
+      with_entropy);
+  const at::Tensor first = batch.position_ids == 0;
+  auto align = [&](const at::Tensor& values) {
+    return at::where(first, at::zeros_like(values), at::roll(values, 1));
+  };
+  models::TokenLogProbs aligned;
+  aligned.log_probs = align(predicted.log_probs);
+  if (with_entropy) aligned.entropy = align(predicted.entropy);
+  return aligned;
+}
+
+// The step's value of every metric on every rank: sums add up, maxima and minima combine.
+std::map<std::string, double> reduce_over_ranks(FsdpTransformer& model,
+                                                const LossMetrics& metrics) {
+  std::vector<double> sums, extremes;  // maxima, and minima negated
+  for (const auto& [name, entry] : metrics.entries()) {
+    if (entry.reduction == LossMetrics::Reduction::kSum) sums.push_back(entry.value);
+    if (entry.reduction == LossMetrics::Reduction::kMax) extremes.push_back(entry.value);
+    if (entry.reduction == LossMetrics::Reduction::kMin) extremes.push_back(-entry.value);
+  }
+  at::Tensor sum_tensor = at::tensor(sums, at::kDouble);
+  at::Tensor extreme_tensor = at::tensor(extremes, at::kDouble);
+  if (comm::Communicator* group = group_of(model)) {
+    if (!sums.empty()) group->all_reduce(sum_tensor, comm::ReduceOp::SUM);
+    if (!extremes.empty()) group->all_reduce(extreme_tensor, comm::ReduceOp::MAX);
+  }
+  std::map<std::string, double> reduced;
+  int64_t s = 0, e = 0;
+  for (const auto& [name, entry] : metrics.entries()) {
+    switch (entry.reduction) {
+      case LossMetrics::Reduction::kSum:
+        reduced[name] = sum_tensor[s++].item<double>();
+        break;
+      case LossMetrics::Reduction::kMax:
+        reduced[name] = extreme_tensor[e++].item<double>();
+        break;
+      case LossMetrics::Reduction::kMin:
+        reduced[name] = -extreme_tensor[e++].item<double>();
+        break;
+    }
+  }
+  return reduced;
+}
+
+}  // namespace
+
+PackingSample language_modeling_sample(const std::vector<int64_t>& tokens) {
+  if (tokens.size() < 2) {
+    throw Error("a training sequence needs at least 2 tokens (one to predict from, one to "
+                "predict), got " + std::to_string(tokens.size()));
+  }
+  PackingSample sample;
+  sample.tokens = at::tensor(tokens, at::kLong);
+  sample.response_length = static_cast<int64_t>(tokens.size()) - 1;
+  return sample;
+}
+
+TrainStepOutput train_step(FsdpTransformer& model, ShardedAdamW& optimizer, double lr,
+                           const std::vector<PackingSample>& samples,
+                           const TrainStepOptions& options) {
+  const std::vector<std::vector<int64_t>> micro_batches =
+      plan_micro_batches(model, samples, options.packing);
+
+  // The loss is normalised by the whole step's counts, over every rank.
+  double loss_tokens = 0;
+  for (const PackingSample& sample : samples) {
+    loss_tokens += sample.response_mask.defined() ? sample.response_mask.sum().item<double>()
+                                                  : static_cast<double>(sample.response_length);
+  }
+  at::Tensor counts = at::tensor({loss_tokens, static_cast<double>(samples.size())}, at::kDouble);
+  if (comm::Communicator* group = group_of(model)) group->all_reduce(counts, comm::ReduceOp::SUM);
+  algorithms::LossScale scale;
+  scale.aggregation = options.loss_aggregation;
+  scale.global_tokens = counts[0].item<double>();
+  scale.global_sequences = counts[1].item<double>();
+  scale.dp_size = model.sharded().world_size();
+
+  const at::Device device = device_of(model);
+  LossMetrics metrics;
+  for (const std::vector<int64_t>& indices : micro_batches) {
+    const PackedMicroBatch batch = pack_on(device, samples, indices);
+    const models::TokenLogProbs predicted = token_log_probs(model, batch, /*temperature=*/1.0, /*with_entropy=*/false);
+    const algorithms::LossOutput loss =
+        algorithms::sft_loss({batch.cu_seqlens, batch.loss_mask, predicted.log_probs}, scale);
+    model.backward(loss.loss);
+    metrics.merge(loss.metrics);
+  }
+
+  TrainStepOutput out;
+  out.metrics = reduce_over_ranks(model, metrics);
+  const StepResult step = clip_and_step(model.sharded(), optimizer, lr, options.clip_grad);
+  out.samples = static_cast<int64_t>(scale.global_sequences);
+  out.loss_tokens = static_cast<int64_t>(scale.global_tokens);
+  out.micro_batches = static_cast<int64_t>(micro_batches.size());
+  out.grad_norm = step.grad_norm;
+  out.skipped = step.skipped;
+  return out;
+}
+
+ResponseLogProbs compute_log_probs(FsdpTransformer& model, const std::vector<PackingSample>& samples,
+                                   const PackingOptions& packing, double temperature,
+                                   bool with_entropy) {
+  at::NoGradGuard no_grad;
+  ResponseLogProbs out;
+  out.log_probs.resize(samples.size());
+  if (with_entropy) out.entropy.resize(samples.size());
+  const at::Device device = device_of(model);
+  for (const std::vector<int64_t>& indices : plan_micro_batches(model, samples, packing)) {
+    const PackedMicroBatch batch = pack_on(device, samples, indices);
+    models::TokenLogProbs predicted;
+    try {
+      predicted = token_log_probs(model, batch, temperature, with_entropy);
+    } catch (...) {
+      model.reshard();  // nothing stays gathered for a forward that has no backward
+      throw;
+    }
+    model.reshard();
+    const std::vector<at::Tensor> log_probs =
+        unpack_responses(batch, predicted.log_probs.to(at::kCPU, at::kFloat));
+    for (size_t b = 0; b < indices.size(); ++b) {
+      out.log_probs[indices[b]] = log_probs[b].clone();
+    }
+    if (with_entropy) {
+      const std::vector<at::Tensor> entropy =
+          unpack_responses(batch, predicted.entropy.to(at::kCPU, at::kFloat));
+      for (size_t b = 0; b < indices.size(); ++b) out.entropy[indices[b]] = entropy[b].clone();
+    }
+  }
+  return out;
+}
+
+}  // namespace ooze::fsdp

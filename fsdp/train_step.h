@@ -1,0 +1,84 @@
+// One training step of a data-parallel rank, read top to bottom:
+//
+//   1. plan     this rank's samples cut into micro-batches (packing.h: a token budget with
+//               --use-dynamic-batch-size, else --micro-batch-size samples), as many on every rank;
+//   2. pack     each micro-batch into flat tokens with cu_seqlens and restarting positions;
+//   3. forward  the sharded model, then log p(token | earlier tokens of its sample) per token;
+//   4. loss     through algorithms/, normalised by the step's global counts (loss_aggregation.h)
+//               so that the world size and the micro-batch split do not change the gradient;
+//   5. backward accumulating into the gradient shards, micro-batch after micro-batch;
+//   6. step     global-norm clipping and AdamW (optimizer_step.h).
+//
+//   TrainStepOutput out = train_step(model, optimizer, lr, my_samples, options);
+//   out.metrics.at("loss");   // the step's value, the same on every rank
+//
+// compute_log_probs scores samples over the same plan, pack and forward, without gradients.
+// Both are collectives: every rank of the model's group calls them, each with its own samples
+// (split_across_ranks in packing.h deals a rollout batch out to the ranks).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <cereal/types/vector.hpp>
+
+#include "algorithms/loss_aggregation.h"
+#include "fsdp/fsdp_transformer.h"
+#include "fsdp/packing.h"
+#include "fsdp/sharded_adamw.h"
+
+namespace ooze::fsdp {
+
+struct TrainStepOptions {
+  PackingOptions packing;
+  algorithms::LossAggregation loss_aggregation = algorithms::LossAggregation::kTokenMean;
+  double clip_grad = 1.0;  // <= 0: no clipping (the norm is still computed)
+
+  template <class A>
+  void serialize(A& ar) {
+    ar(packing, loss_aggregation, clip_grad);
+  }
+};
+
+struct TrainStepOutput {
+  // The step's loss metrics ("loss", ...), reduced over every micro-batch and rank: the same
+  // values on every rank.
+  std::map<std::string, double> metrics;
+  int64_t samples = 0;      // over all ranks
+  int64_t loss_tokens = 0;  // response tokens that count, over all ranks
+  int64_t micro_batches = 0;  // per rank
+  double grad_norm = 0.0;     // before clipping
+  bool skipped = false;       // non-finite norm: weights and optimizer state untouched
+};
+
+// Trains on this rank's `samples` (possibly none) and steps `optimizer` at `lr`. Throws
+// ooze::Error naming the sample on malformed samples (packing.h).
+TrainStepOutput train_step(FsdpTransformer& model, ShardedAdamW& optimizer, double lr,
+                           const std::vector<PackingSample>& samples,
+                           const TrainStepOptions& options);
+
+// log p of each response token of each sample under softmax(logits / temperature) (the
+// distribution rollouts at that temperature sample from), and with `with_entropy` the entropy
+// of that distribution, in the order of `samples`: element i holds [R_i] fp32 values. For the
+// policy (a TrainActor) and the frozen reference model alike.
+struct ResponseLogProbs {
+  std::vector<at::Tensor> log_probs;
+  std::vector<at::Tensor> entropy;  // empty unless with_entropy
+
+  template <class A>
+  void serialize(A& ar) {
+    ar(log_probs, entropy);
+  }
+};
+ResponseLogProbs compute_log_probs(FsdpTransformer& model, const std::vector<PackingSample>& samples,
+                                   const PackingOptions& packing, double temperature = 1.0,
+                                   bool with_entropy = false);
+
+// A sample trained on every token after its first (plain language modelling).
+PackingSample language_modeling_sample(const std::vector<int64_t>& tokens);
+
+}  // namespace ooze::fsdp
