@@ -1,7 +1,6 @@
 #include "launcher/cluster_command.h"
 
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include "actors/client.h"
 #include "actors/head.h"
 #include "actors/node_agent.h"
+#include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/error.h"
 
@@ -80,16 +80,13 @@ std::string saved_token() {
   return token;
 }
 
+// Readable by its owner only, from the moment the file exists: the token grants full control of
+// the cluster. Throws IoError naming the path when it cannot be written.
 void save_token(const std::string& token) {
   fs::create_directories(kClusterDir);
-  std::string path = kClusterDir + "/token";
-  std::string temporary = path + ".tmp" + std::to_string(getpid());
-  {
-    std::ofstream file(temporary);
-    file << token << "\n";
-  }
-  chmod(temporary.c_str(), 0600);
-  fs::rename(temporary, path);
+  AtomicFile file(kClusterDir + "/token", 0600);
+  file.write(token + "\n");
+  file.commit();
 }
 
 std::string pid_file() { return kClusterDir + "/ooze-" + std::to_string(getpid()) + ".pid"; }

@@ -1,10 +1,9 @@
 #include "models/byte_level_tokenizer.h"
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "models/bpe_tokenizer.h"
 
@@ -26,20 +25,6 @@ const char* kSpecialTokens[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 json added_token(int64_t id, const std::string& content) {
   return json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
               {"rstrip", false}, {"normalized", false}, {"special", true}};
-}
-
-// Written to a temporary name and renamed, so a reader never sees half a file.
-void write_file(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw IoError("cannot write " + temporary);
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    throw IoError("cannot rename " + temporary + " to " + path);
-  }
 }
 
 }  // namespace
@@ -101,8 +86,9 @@ void write_byte_level_tokenizer(const std::string& dir) {
                        {"tokenizer_class", "PreTrainedTokenizerFast"},
                        {"unk_token", nullptr}};
 
-  write_file(dir + "/tokenizer.json", tokenizer.dump(2) + "\n");
-  write_file(dir + "/tokenizer_config.json", config.dump(2) + "\n");
+  // Atomic, so a reader never sees half a file and a crash leaves no stray temporaries.
+  write_file_atomically(dir + "/tokenizer.json", tokenizer.dump(2) + "\n");
+  write_file_atomically(dir + "/tokenizer_config.json", config.dump(2) + "\n");
 }
 
 }  // namespace models

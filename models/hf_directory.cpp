@@ -74,8 +74,7 @@ void check_replaceable_model_dir(const fs::path& target, const std::string& what
 
 void write_model_side_files(const fs::path& dir, const ModelConfig& config,
                             const std::string& tokenizer_dir) {
-  save_model_config(config, dir.string());
-  fsync_path(dir / "config.json");
+  save_model_config(config, dir.string());  // atomic: fsynced before the rename
   write_json_file(dir / "generation_config.json", generation_config_json(config));
   if (tokenizer_dir.empty()) return;
   for (const char* file : kTokenizerFiles) {

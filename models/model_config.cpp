@@ -1,16 +1,14 @@
 #include "models/model_config.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace ooze::models {
@@ -403,24 +401,7 @@ void save_model_config(const ModelConfig& config, const std::string& path_or_dir
   if (std::filesystem::is_directory(path_or_dir)) {
     path = (std::filesystem::path(path_or_dir) / "config.json").string();
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      throw IoError("cannot write model config '" + tmp + "': " + std::strerror(errno));
-    }
-    out << config.to_json().dump(2) << "\n";
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw IoError("writing model config '" + tmp + "' failed: " + std::strerror(errno));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int saved = errno;
-    std::remove(tmp.c_str());
-    throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(saved));
-  }
+  write_file_atomically(path, config.to_json().dump(2) + "\n");
 }
 
 }  // namespace ooze::models

@@ -4,9 +4,13 @@
 // that are killed (cluster and embedded) leaving no worker behind.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -110,6 +114,23 @@ TEST_F(ClusterTest, StatusCommandListsEveryNode) {
   std::string output = status.output();
   EXPECT_NE(output.find("nodes (3 alive of 3)"), std::string::npos) << output;
   EXPECT_NE(output.find(R"({"CPU":4,"GPU":4})"), std::string::npos) << output;
+}
+
+// The head saves the token for later `ooze status` and joining nodes: whole, owner-only, and
+// with no temporary left beside it.
+TEST_F(ClusterTest, HeadSavesTheTokenReadableByItsOwnerOnly) {
+  const std::string path = *dir_ + "/token";
+  struct stat info {};
+  ASSERT_EQ(::stat(path.c_str(), &info), 0) << path << ": " << std::strerror(errno);
+  EXPECT_EQ(info.st_mode & 0777, 0600u) << std::oct << (info.st_mode & 0777);
+  std::ifstream file(path);
+  std::stringstream content;
+  content << file.rdbuf();
+  EXPECT_EQ(content.str(), *token_ + "\n");
+  for (const auto& entry : std::filesystem::directory_iterator(*dir_)) {
+    EXPECT_EQ(entry.path().filename().string().find("token.tmp"), std::string::npos)
+        << entry.path();
+  }
 }
 
 TEST_F(ClusterTest, SpreadPutsBundlesOnDistinctNodes) {

@@ -305,6 +305,20 @@ TEST(ModelConfigTest, LoadAndSaveFiles) {
     EXPECT_EQ(entry.path().filename(), "config.json");  // no temporary left behind
   }
 
+  // A failed save names the file and leaves neither a temporary nor a changed directory.
+  TempDir blocked_dir;
+  fs::create_directory(blocked_dir.str() + "/config.json");  // the rename over it must fail
+  try {
+    ooze::models::save_model_config(from_dir, blocked_dir.str());
+    FAIL() << "expected IoError";
+  } catch (const ooze::IoError& e) {
+    expect_mentions(e.what(), {blocked_dir.str() + "/config.json"});
+  }
+  for (const auto& entry : fs::directory_iterator(blocked_dir.str())) {
+    EXPECT_EQ(entry.path().filename(), "config.json");
+  }
+  EXPECT_TRUE(fs::is_directory(blocked_dir.str() + "/config.json"));
+
   try {
     load_model_config(dir.str() + "/missing");
     FAIL() << "expected IoError";

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -532,6 +533,40 @@ TEST(ByteLevelTokenizerTest, RoundTripsArbitraryBytes) {
   EXPECT_EQ(tokenizer.encode("e\xCC\x81"), Ids({'e', 0xCC, 0x81}));
   EXPECT_EQ(tokenizer.encode("<|im_start|>hi<|im_end|>"), Ids({257, 'h', 'i', 258}));
   EXPECT_EQ(tokenizer.decode({257, 'h', 'i', 258}, /*skip_special_tokens=*/true), "hi");
+  fs::remove_all(dir);
+}
+
+TEST(ByteLevelTokenizerTest, WritingAgainReplacesTheFilesAndLeavesNothingElse) {
+  const std::string dir = ooze::testing::make_temp_dir("byte-tokenizer-again");
+  ooze::models::write_byte_level_tokenizer(dir);
+  std::ifstream first_file(dir + "/tokenizer.json");
+  const json first = json::parse(first_file);
+  ooze::models::write_byte_level_tokenizer(dir);
+  std::ifstream second_file(dir + "/tokenizer.json");
+  EXPECT_EQ(json::parse(second_file), first);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
+  fs::remove_all(dir);
+}
+
+TEST(ByteLevelTokenizerTest, FailedWriteNamesTheFileAndLeavesNoTemporary) {
+  const std::string dir = ooze::testing::make_temp_dir("byte-tokenizer-blocked");
+  fs::create_directory(dir + "/tokenizer.json");  // the rename over it must fail
+  try {
+    ooze::models::write_byte_level_tokenizer(dir);
+    FAIL() << "expected IoError";
+  } catch (const ooze::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/tokenizer.json"), std::string::npos) << e.what();
+  }
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{"tokenizer.json"});
   fs::remove_all(dir);
 }
 
