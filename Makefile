@@ -21,8 +21,8 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Supervised fine-tuning of a generated model by 2 FSDP ranks hosted as actors (the RL loop
-# will replace it); `ooze demo --config examples/foundation_demo.json` is the comm-only demo.
+# Supervised fine-tuning of a generated model by 2 FSDP ranks hosted as actors;
+# `ooze demo --config examples/foundation_demo.json` is the comm-only demo.
 demo: build
 	$(BUILD_DIR)/launcher/ooze sft-demo --out runs/sft-demo --world-size 2 --steps 30
 

@@ -196,6 +196,7 @@ class NodeAgent::Loop {
     env["OOZE_WORKER_ACTOR_ID"] = spec.actor_id;
     env["OOZE_HEAD_ADDRESS"] = start.head_address;
     env["OOZE_NODE_ID"] = options_.node_id;
+    env["OOZE_NODE_ADDRESS"] = options_.address;  // where collective peers reach this node
     env["OOZE_SESSION_DIR"] = options_.session_dir;
     env["OOZE_RESTARTS"] = std::to_string(start.restarts);
     env["OOZE_WORKER_BIND"] = options_.ipc_workers

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "core/error.h"
+
 namespace ooze::algorithms {
 namespace {
 

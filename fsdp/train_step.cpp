@@ -17,11 +17,27 @@ at::Device device_of(FsdpTransformer& model) {
   return model.sharded().unit(0).master_shard().device();
 }
 
+// A micro-batch of one padding token that nothing counts (loss mask 0, values 0), with the
+// value names of `samples`. An empty micro-batch still runs the model, since its gathers and
+// reduce-scatters are collectives the other ranks wait on; this one adds exactly nothing.
+PackedMicroBatch padding_micro_batch(const std::vector<PackingSample>& samples) {
+  PackingSample padding;
+  padding.tokens = at::zeros({1}, at::kLong);
+  padding.response_length = 0;
+  if (!samples.empty()) {
+    for (const auto& [name, values] : samples[0].response_values) {
+      padding.response_values[name] = at::empty({0}, values.options().device(at::kCPU));
+    }
+  }
+  return pack_micro_batch({padding}, {0});
+}
+
 // Samples are packed on the host and each micro-batch is then copied to the model's device at
 // once (no-op on the CPU).
 PackedMicroBatch pack_on(const at::Device& device, const std::vector<PackingSample>& samples,
                          const std::vector<int64_t>& indices) {
-  PackedMicroBatch batch = pack_micro_batch(samples, indices);
+  PackedMicroBatch batch =
+      indices.empty() ? padding_micro_batch(samples) : pack_micro_batch(samples, indices);
   if (batch.tokens.device() == device) return batch;
   batch.tokens = batch.tokens.to(device);
   batch.position_ids = batch.position_ids.to(device);

@@ -1,4 +1,4 @@
-// `ooze demo`: the most complete thing ooze runs until the RL loop exists. A driver process
+// `ooze demo`: the foundation end to end, without models. A driver process
 // hosts the rendezvous store and starts world_size rank processes that train a linear
 // regression data-parallel over Gloo (gradients all-reduced, identical replicas checked),
 // log metrics as JSONL and save safetensors checkpoints. It exercises config, logging, comm,

@@ -65,8 +65,11 @@ void expect_w1_equals_plain(bool tied, const TrainSettings& settings,
   const TrainRecord got = train_fsdp(fsdp, optimizer, settings);
 
   ASSERT_EQ(got.losses.size(), want.losses.size());
+  // The reported losses agree to double rounding: the reference sums its tokens' losses and
+  // divides once, the step sums each token's loss already divided by the count
+  // (algorithms/loss_aggregation.h), so the last bits of the two sums may differ.
   for (size_t i = 0; i < want.losses.size(); ++i) {
-    EXPECT_EQ(got.losses[i], want.losses[i]) << "loss of step " << i;
+    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-12) << "loss of step " << i;
   }
   // W = 1, fp32: the module's parameters are the master shards themselves.
   EXPECT_EQ(max_abs_difference(fsdp.model(), plain), 0.0);
