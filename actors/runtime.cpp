@@ -10,6 +10,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "actors/actor_group.h"
 #include "actors/head.h"
@@ -117,6 +118,24 @@ void init(RuntimeOptions options) {
   state->client = std::make_unique<Client>(head_endpoint, security, /*is_driver=*/true, "",
                                            options.connect_timeout);
   if (options.log_to_driver) state->client->on_log(print_log_lines);
+  // The embedded node registers over its own socket: wait until the head lists it, so that a
+  // first spawn cannot reach the head before the node and find the cluster empty.
+  if (state->node) {
+    const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+    for (;;) {
+      const ClusterStatus status =
+          state->client->ask_head<ClusterStatus>(method::kStatus, std::string());
+      const bool listed =
+          std::any_of(status.nodes.begin(), status.nodes.end(),
+                      [&](const NodeInfo& n) { return n.node_id == state->node->node_id(); });
+      if (listed) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw RuntimeError("the embedded node did not register with the head within " +
+                           std::to_string(options.connect_timeout.count()) + " ms");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
   runtime = std::move(state);
 }
 

@@ -23,7 +23,7 @@
 namespace ooze::comm {
 
 struct ProcessGroupOptions {
-  double timeout_minutes = 10;  // --distributed-timeout-minutes
+  double timeout_minutes = 10;     // --distributed-timeout-minutes
   std::string host = "127.0.0.1";  // Gloo: the address this rank's peers connect to
 
   std::chrono::milliseconds timeout() const {

@@ -23,13 +23,12 @@
 
 #include <ATen/ATen.h>
 
+#include <cereal/types/map.hpp>
+#include <cereal/types/string.hpp>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <cereal/types/map.hpp>
-#include <cereal/types/string.hpp>
 
 #include "core/config.h"
 #include "core/tensor_serialization.h"

@@ -91,9 +91,9 @@ models::TokenLogProbs token_log_probs(FsdpTransformer& model, const PackedMicroB
                                       double temperature, bool with_entropy) {
   at::Tensor hidden = model.forward(batch.tokens, batch.position_ids, batch.cu_seqlens);
   const at::Tensor next_tokens = at::roll(batch.tokens, -1);
-  models::TokenLogProbs predicted = models::compute_token_log_probs(
-      hidden, model.lm_head_weight(), next_tokens, temperature, /*chunk_tokens=*/1024,
-      with_entropy);
+  models::TokenLogProbs predicted =
+      models::compute_token_log_probs(hidden, model.lm_head_weight(), next_tokens, temperature,
+                                      /*chunk_tokens=*/1024, with_entropy);
   const at::Tensor first = batch.position_ids == 0;
   auto align = [&](const at::Tensor& values) {
     return at::where(first, at::zeros_like(values), at::roll(values, 1));
@@ -141,8 +141,10 @@ std::map<std::string, double> reduce_over_ranks(FsdpTransformer& model,
 
 PackingSample language_modeling_sample(const std::vector<int64_t>& tokens) {
   if (tokens.size() < 2) {
-    throw Error("a training sequence needs at least 2 tokens (one to predict from, one to "
-                "predict), got " + std::to_string(tokens.size()));
+    throw Error(
+        "a training sequence needs at least 2 tokens (one to predict from, one to "
+        "predict), got " +
+        std::to_string(tokens.size()));
   }
   PackingSample sample;
   sample.tokens = at::tensor(tokens, at::kLong);
@@ -174,9 +176,10 @@ TrainStepOutput train_step(FsdpTransformer& model, ShardedAdamW& optimizer, doub
   LossMetrics metrics;
   for (const std::vector<int64_t>& indices : micro_batches) {
     const PackedMicroBatch batch = pack_on(device, samples, indices);
-    const models::TokenLogProbs predicted = token_log_probs(model, batch, /*temperature=*/1.0, /*with_entropy=*/false);
+    const models::TokenLogProbs predicted =
+        token_log_probs(model, batch, /*temperature=*/1.0, /*with_entropy=*/false);
     const algorithms::LossOutput loss =
-        algorithms::sft_loss({batch.cu_seqlens, batch.loss_mask, predicted.log_probs}, scale);
+        algorithms::sft_loss({batch.cu_seqlens, batch.loss_mask, predicted.log_probs, {}}, scale);
     model.backward(loss.loss);
     metrics.merge(loss.metrics);
   }
@@ -192,7 +195,8 @@ TrainStepOutput train_step(FsdpTransformer& model, ShardedAdamW& optimizer, doub
   return out;
 }
 
-ResponseLogProbs compute_log_probs(FsdpTransformer& model, const std::vector<PackingSample>& samples,
+ResponseLogProbs compute_log_probs(FsdpTransformer& model,
+                                   const std::vector<PackingSample>& samples,
                                    const PackingOptions& packing, double temperature,
                                    bool with_entropy) {
   at::NoGradGuard no_grad;

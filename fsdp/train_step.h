@@ -19,12 +19,11 @@
 
 #include <ATen/ATen.h>
 
+#include <cereal/types/vector.hpp>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <cereal/types/vector.hpp>
 
 #include "algorithms/loss_aggregation.h"
 #include "fsdp/fsdp_transformer.h"
@@ -48,8 +47,8 @@ struct TrainStepOutput {
   // The step's loss metrics ("loss", ...), reduced over every micro-batch and rank: the same
   // values on every rank.
   std::map<std::string, double> metrics;
-  int64_t samples = 0;      // over all ranks
-  int64_t loss_tokens = 0;  // response tokens that count, over all ranks
+  int64_t samples = 0;        // over all ranks
+  int64_t loss_tokens = 0;    // response tokens that count, over all ranks
   int64_t micro_batches = 0;  // per rank
   double grad_norm = 0.0;     // before clipping
   bool skipped = false;       // non-finite norm: weights and optimizer state untouched
@@ -74,7 +73,8 @@ struct ResponseLogProbs {
     ar(log_probs, entropy);
   }
 };
-ResponseLogProbs compute_log_probs(FsdpTransformer& model, const std::vector<PackingSample>& samples,
+ResponseLogProbs compute_log_probs(FsdpTransformer& model,
+                                   const std::vector<PackingSample>& samples,
                                    const PackingOptions& packing, double temperature = 1.0,
                                    bool with_entropy = false);
 

@@ -7,8 +7,8 @@
 #include <cstdlib>
 
 #include "actors/actor_class.h"
-#include "actors/runtime.h"
 #include "actors/kv_store.h"
+#include "actors/runtime.h"
 #include "comm/process_group.h"
 #include "core/error.h"
 #include "core/logging.h"

@@ -8,20 +8,20 @@
 //   get_all(trainers.call_all(&TrainActor::init, TrainInit{model_dir, group, trainer_options}));
 //   get_all(trainers.call_all(&TrainActor::load, std::string("/ckpt")));   // to resume
 //   auto results = get_all(trainers.call_each(&TrainActor::train_step,
-//                                             [&](int r) { return std::make_tuple(batch_of(r)); }));
+//                                             [&](int r) { return std::make_tuple(batch_of(r));
+//                                             }));
 //   results[0].metrics.at("loss");   // the step's, the same on every rank
 //   get_all(trainers.call_all(&TrainActor::save, std::string("/ckpt")));
 //   get_all(trainers.call_all(&TrainActor::save_hf, std::string("/out/model")));
 #pragma once
 
+#include <cereal/types/map.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <cereal/types/map.hpp>
-#include <cereal/types/string.hpp>
-#include <cereal/types/vector.hpp>
 
 #include "fsdp/packing.h"
 #include "fsdp/train_step.h"

@@ -48,7 +48,8 @@ struct TrainerOptions {
 
   // The step: micro-batches and the loss's normalisation.
   fsdp::PackingOptions packing;
-  algorithms::LossAggregation loss_aggregation = algorithms::LossAggregation::kSequenceMeanTokenMean;
+  algorithms::LossAggregation loss_aggregation =
+      algorithms::LossAggregation::kSequenceMeanTokenMean;
 
   // The collective group.
   comm::ProcessGroupOptions distributed;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/support/expect_error.h"
 
 namespace ooze::algorithms {
 namespace {
@@ -22,17 +23,8 @@ const ConfigSchema& algorithm_schema() {
 }
 
 std::string error_of(const std::vector<std::string>& args) {
-  try {
-    load_config(algorithm_schema(), "", args);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return "";
+  return testing::error_message_of([&] { load_config(algorithm_schema(), "", args); });
 }
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
 
 TEST(AlgorithmOptionsTest, DefaultsAreSlimes) {
   Config config = load_config(algorithm_schema(), "", {});

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "tests/support/process.h"
+#include "tests/support/expect_error.h"
 
 namespace ooze {
 namespace {
@@ -92,9 +93,6 @@ class AtomicFileTest : public ::testing::Test {
 
   std::string dir_ = testing::make_temp_dir("atomic_file");
 };
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
 
 TEST_F(AtomicFileTest, ReplacesTheContentWhole) {
   const std::string target = path("state.json");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/support/expect_error.h"
 #include "tests/support/process.h"
 
 namespace ooze {
@@ -51,13 +52,7 @@ class ConfigTest : public ::testing::Test {
   // Runs `load`, expects a ConfigError, and returns its message.
   template <typename Fn>
   std::string error_of(Fn load) {
-    try {
-      load();
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "expected a ConfigError";
-    return "";
+    return testing::error_message_of(load);
   }
 
   std::string flags_error(const std::vector<std::string>& args) {
@@ -73,9 +68,6 @@ class ConfigTest : public ::testing::Test {
   ConfigSchema schema_ = test_schema();
   std::string dir_ = testing::make_temp_dir("config_test");
 };
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
 
 TEST_F(ConfigTest, DefaultsWhenNothingIsGiven) {
   Config config = load_config(schema_, "", {});

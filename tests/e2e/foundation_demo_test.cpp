@@ -28,8 +28,8 @@ DemoRun run_demo(const std::vector<std::string>& flags) {
                                    "demo",
                                    "--output-dir",
                                    run.dir + "/out",
-                                   "--comm-timeout-seconds",
-                                   "30"};
+                                   "--distributed-timeout-minutes",
+                                   "0.5"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   testing::Process proc(argv, {}, run.dir + "/log.txt");
   run.status = proc.wait(milliseconds(120000));

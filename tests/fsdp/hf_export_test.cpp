@@ -171,8 +171,8 @@ PlainScores plain_scores(ooze::models::TransformerModel& model, int world) {
             .log_probs.masked_select(predicted));
     const torch::Tensor logits = model->logits(hidden).to(torch::kDouble);
     const torch::Tensor log_z = logits.logsumexp(-1);
-    fp64.push_back(
-        (logits.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) - log_z).masked_select(predicted));
+    fp64.push_back((logits.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) - log_z)
+                       .masked_select(predicted));
   }
   return {torch::cat(fp32), torch::cat(fp64)};
 }

@@ -74,8 +74,8 @@ inline std::vector<std::vector<int64_t>> global_sequences(int step, int64_t voca
 
 // Sequences [first, first + count) as language-modelling samples (trained on every token after
 // their first).
-inline std::vector<fsdp::PackingSample> samples_of(const std::vector<std::vector<int64_t>>& sequences,
-                                                   int first, int count) {
+inline std::vector<fsdp::PackingSample> samples_of(
+    const std::vector<std::vector<int64_t>>& sequences, int first, int count) {
   std::vector<fsdp::PackingSample> samples;
   for (int s = first; s < first + count; ++s) {
     samples.push_back(fsdp::language_modeling_sample(sequences[static_cast<size_t>(s)]));

@@ -5,22 +5,14 @@
 #include <string>
 
 #include "core/error.h"
+#include "tests/support/expect_error.h"
 
 namespace ooze::launcher {
 namespace {
 
 std::string error_of(const std::vector<std::string>& args) {
-  try {
-    load_config(foundation_demo_schema(), "", args);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return "";
+  return testing::error_message_of([&] { load_config(foundation_demo_schema(), "", args); });
 }
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
 
 TEST(FoundationDemoConfigTest, DefaultsAreValid) {
   Config config = load_config(foundation_demo_schema(), "", {});
@@ -52,7 +44,8 @@ TEST(FoundationDemoConfigTest, Ranges) {
   EXPECT_CONTAINS(error_of({"--lr", "0"}), "--lr: expected a number > 0, got '0'");
   EXPECT_CONTAINS(error_of({"--distributed-timeout-minutes", "-5"}), "expected a number > 0");
   EXPECT_CONTAINS(error_of({"--save-interval", "-1"}), "expected an integer >= 0");
-  EXPECT_CONTAINS(error_of({"--micro-batch-size", "0"}), "--micro-batch-size: expected an integer >= 1");
+  EXPECT_CONTAINS(error_of({"--micro-batch-size", "0"}),
+                  "--micro-batch-size: expected an integer >= 1");
   // Flags of commands that train models are not the demo's: it refuses them instead of
   // ignoring them.
   EXPECT_CONTAINS(error_of({"--use-dynamic-batch-size"}),

@@ -19,6 +19,7 @@
 #include "models/model_init.h"
 #include "models/tokenizer.h"
 #include "models/transformer.h"
+#include "tests/support/expect_error.h"
 #include "tests/support/process.h"
 
 namespace ooze::launcher {
@@ -43,13 +44,7 @@ std::map<std::string, std::string> directory_contents(const std::string& dir) {
 }
 
 std::string config_error_of(const std::vector<std::string>& args) {
-  try {
-    run_model_command(args);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return "";
+  return testing::error_message_of([&] { run_model_command(args); });
 }
 
 class ModelInitCommandTest : public ::testing::Test {

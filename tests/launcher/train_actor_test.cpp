@@ -132,7 +132,8 @@ class TrainActorTest : public ::testing::Test {
     for (const fsdp::ResponseLogProbs& rank : per_rank) {
       values.emplace_back();
       for (const at::Tensor& sample : rank.log_probs) {
-        values.back().emplace_back(sample.data_ptr<float>(), sample.data_ptr<float>() + sample.numel());
+        values.back().emplace_back(sample.data_ptr<float>(),
+                                   sample.data_ptr<float>() + sample.numel());
       }
     }
     for (size_t rank = 1; rank < values.size(); ++rank) {
@@ -267,8 +268,7 @@ TEST_F(TrainActorTest, MalformedSamplesOnOneRankFailEveryRank) {
       futures[rank].get(std::chrono::seconds(60));
       ADD_FAILURE() << "rank " << rank << " trained on a malformed batch";
     } catch (const actors::RemoteError& error) {
-      EXPECT_NE(std::string(error.what()).find(expected[rank]), std::string::npos)
-          << error.what();
+      EXPECT_NE(std::string(error.what()).find(expected[rank]), std::string::npos) << error.what();
     }
   }
   EXPECT_TRUE(std::isfinite(train(pair, 1)));
@@ -298,9 +298,8 @@ TEST_F(TrainActorTest, UnevenSharesRunEmptyMicroBatchesAndMatchOneRank) {
 // --max-tokens-per-gpu packing: two ranks, each planning its own micro-batches under the token
 // budget, train as one rank does on the same global batches.
 TEST_F(TrainActorTest, DynamicBatchingAtTwoRanksMatchesOneRank) {
-  const TrainerOptions options =
-      trainer_options({"--use-dynamic-batch-size", "--max-tokens-per-gpu", "24", "--balance-data",
-                       "--lr", "1e-4"});
+  const TrainerOptions options = trainer_options(
+      {"--use-dynamic-batch-size", "--max-tokens-per-gpu", "24", "--balance-data", "--lr", "1e-4"});
   auto pair = start_group(2, "dynamic-pair", options);
   auto single = start_group(1, "dynamic-single", options);
   for (int step = 0; step < 3; ++step) {
@@ -322,7 +321,8 @@ TEST_F(TrainActorTest, DynamicBatchingAtTwoRanksMatchesOneRank) {
   const ShardedSafetensors initial = ShardedSafetensors::open(*dir_ + "/model");
   double moved = 0;
   for (const auto& [name, tensor] : single_weights) {
-    moved = std::max(moved, (initial.tensor(name).to(at::kFloat) - tensor).abs().max().item<double>());
+    moved =
+        std::max(moved, (initial.tensor(name).to(at::kFloat) - tensor).abs().max().item<double>());
   }
   EXPECT_GT(moved, 100 * 3e-8);
   stop(pair);

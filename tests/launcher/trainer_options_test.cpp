@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "fsdp/lr_schedule.h"
+#include "tests/support/expect_error.h"
 
 namespace ooze::launcher {
 namespace {
@@ -18,17 +19,8 @@ Config load(const std::vector<std::string>& args, const TrainerOptions& defaults
 }
 
 std::string error_of(const std::vector<std::string>& args, int64_t total_iters = 100) {
-  try {
-    trainer_options_from_config(load(args), total_iters);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return "";
+  return testing::error_message_of([&] { trainer_options_from_config(load(args), total_iters); });
 }
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
 
 TEST(TrainerOptionsTest, DefaultsAreMegatronsOptimizerAndFullSharding) {
   TrainerOptions options = trainer_options_from_config(load({}), 10);
