@@ -321,8 +321,12 @@ AdvantageResult compute_advantages(const AdvantageInputs& inputs, const Advantag
                                                          /*divide_by_std=*/false)
                               : inputs.rewards;
       result.advantages = broadcast_over_tokens(scalar, masks, dtype);
+      // As in the token rewards: no KL penalty on tokens outside the loss mask.
       for (size_t i = 0; i < kl.size(); ++i) {
-        result.advantages[i] -= options.kl_coef * kl[i].to(masks[i].device(), dtype);
+        const at::Tensor counted = masks[i].to(masks[i].device(), dtype) > 0;
+        const at::Tensor penalty = options.kl_coef * kl[i].to(masks[i].device(), dtype);
+        result.advantages[i] =
+            at::where(counted, result.advantages[i] - penalty, result.advantages[i]);
       }
       break;
     }

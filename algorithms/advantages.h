@@ -12,7 +12,7 @@
 //                      loss mask), plus the reward on the last counted response token (mask 1);
 //                      advantage = discounted return sum_k gamma^(k-t) r_k
 //   reinforce_plus_plus_baseline
-//                      reward minus its group's mean, minus kl_coef * KL_t on every token
+//                      reward minus its group's mean, minus kl_coef * KL_t on counted tokens
 //   ppo                GAE(gamma, lambd) over the critic's values with the token rewards of
 //                      reinforce_plus_plus; returns = advantages + values
 //

@@ -34,13 +34,9 @@ namespace ooze::fsdp {
 
 struct TrainStepOptions {
   PackingOptions packing;
-  algorithms::LossAggregation loss_aggregation = algorithms::LossAggregation::kTokenMean;
-  double clip_grad = 1.0;  // <= 0: no clipping (the norm is still computed)
-
-  template <class A>
-  void serialize(A& ar) {
-    ar(packing, loss_aggregation, clip_grad);
-  }
+  algorithms::LossAggregation loss_aggregation =
+      algorithms::LossAggregation::kSequenceMeanTokenMean;  // --loss-aggregation
+  double clip_grad = 1.0;  // --clip-grad; <= 0: no clipping (the norm is still computed)
 };
 
 struct TrainStepOutput {

@@ -2,13 +2,11 @@
 
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
 #include "actors/actor_class.h"
 #include "actors/kv_store.h"
-#include "actors/runtime.h"
 #include "comm/process_group.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -17,7 +15,6 @@
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/hf_export.h"
 #include "fsdp/lr_schedule.h"
-#include "fsdp/optimizer_step.h"
 #include "fsdp/sharded_adamw.h"
 #include "fsdp/sharded_loading.h"
 #include "models/model_config.h"

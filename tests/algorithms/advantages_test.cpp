@@ -248,7 +248,9 @@ TEST(AdvantagesTest, ReinforcePlusPlusBaselineSubtractsGroupMeanAndKl) {
   Vec centered = reference_group_normalized(s.rewards, 3, false);
   for (int i = 0; i < 9; ++i) {
     Vec expected(s.kl[i].size());
-    for (size_t t = 0; t < expected.size(); ++t) expected[t] = centered[i] - 0.5 * s.kl[i][t];
+    for (size_t t = 0; t < expected.size(); ++t) {
+      expected[t] = centered[i] - (s.masks[i][t] > 0 ? 0.5 * s.kl[i][t] : 0.0);  // counted only
+    }
     expect_near_vec(expected, result.advantages[i], 1e-12, "rf++ baseline");
   }
   EXPECT_TRUE(options.whitens_advantages());
@@ -326,6 +328,26 @@ TEST(AdvantagesTest, MaskedTokensCarryNoKlPenalty) {
   token_rewards = kl_penalized_token_rewards(in.rewards, in.kl, in.response_masks, kl_coef);
   expect_near_vec(reference_token_rewards(s.rewards[1], s.kl[1], s.masks[1], kl_coef),
                   token_rewards[1], 1e-15, "token rewards with non-finite masked KL");
+}
+
+// REINFORCE++-baseline subtracts the KL from the broadcast advantage on counted tokens only:
+// masked tokens keep the group-normalised reward, even where their KL is not finite.
+TEST(AdvantagesTest, ReinforcePlusPlusBaselineIgnoresKlOfMaskedTokens) {
+  Samples s = samples_with_mask_holes();
+  s.kl[1][2] = std::numeric_limits<double>::quiet_NaN();  // a masked token
+  AdvantageOptions options = options_for(AdvantageEstimator::kReinforcePlusPlusBaseline);
+  options.kl_coef = 0.3;
+  const AdvantageResult result = compute_advantages(s.inputs(2), options);
+  // Group means of (2, -1) and (0.5, 1.5): 0.5 and 1.0.
+  const Vec centred = {1.5, -1.5, -0.5, 0.5};
+  for (size_t i = 0; i < s.rewards.size(); ++i) {
+    const Vec got = vec_of(result.advantages[i]);
+    ASSERT_EQ(got.size(), s.masks[i].size());
+    for (size_t t = 0; t < got.size(); ++t) {
+      const double want = centred[i] - (s.masks[i][t] > 0 ? 0.3 * s.kl[i][t] : 0.0);
+      EXPECT_NEAR(got[t], want, 1e-12) << "sample " << i << " token " << t;
+    }
+  }
 }
 
 TEST(AdvantagesTest, ReinforcePlusPlusReturnsIgnoreKlOfMaskedTokens) {
