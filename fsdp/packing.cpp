@@ -337,6 +337,12 @@ BatchPlan plan_batch(const std::vector<int64_t>& lengths, int64_t num_ranks,
   return plan;
 }
 
+void check_samples(const std::vector<PackingSample>& samples) {
+  for (size_t i = 0; i < samples.size(); ++i) {
+    check_sample(samples[i], static_cast<int64_t>(i), samples[0]);
+  }
+}
+
 PackedMicroBatch pack_micro_batch(const std::vector<PackingSample>& samples,
                                   const std::vector<int64_t>& sample_indices) {
   const int64_t batch_size = static_cast<int64_t>(samples.size());

@@ -161,6 +161,10 @@ std::vector<std::vector<int64_t>> split_into_micro_batches(const std::vector<int
 BatchPlan plan_batch(const std::vector<int64_t>& lengths, int64_t num_ranks,
                      const PackingOptions& options);
 
+// Throws the ooze::Error pack_micro_batch would throw for the first malformed sample, without
+// packing anything: a rank can check its whole share before the ranks start a step together.
+void check_samples(const std::vector<PackingSample>& samples);
+
 // Step 3. Packs samples[sample_indices[0]], samples[sample_indices[1]], ... in that order into
 // tensors on the samples' device. The value names and dtypes come from samples[0], so an empty
 // micro-batch still has every value (as [0] tensors). Throws ooze::Error naming the sample and

@@ -66,7 +66,7 @@ std::vector<std::vector<int64_t>> plan_micro_batches(FsdpTransformer& model,
   int64_t needed = 0;
   std::string problem;
   try {
-    pack_micro_batch(samples, mine);  // checks every sample, naming the first malformed one
+    check_samples(samples);
     lengths = sample_lengths(samples);
     needed = count_micro_batches(lengths, mine, options);
   } catch (const Error& error) {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "tests/support/process.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/process.h"
 
 namespace ooze {
 namespace {
@@ -79,16 +79,9 @@ class AtomicFileTest : public ::testing::Test {
     return names;
   }
 
-  // Runs `body`, expects an IoError, returns its message.
   template <typename Body>
   std::string io_error_of(Body body) {
-    try {
-      body();
-    } catch (const IoError& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "expected an IoError";
-    return "";
+    return testing::error_message_of<IoError>(body);
   }
 
   std::string dir_ = testing::make_temp_dir("atomic_file");

@@ -253,6 +253,7 @@ TEST(PackUnpack, RejectsMalformedSamplesWithClearErrors) {
     auto samples = base();
     samples[1].response_length = 6;  // no prompt token left
     expect_error([&] { pack_micro_batch(samples, {0, 1}); }, "sample 1: response_length = 6");
+    expect_error([&] { check_samples(samples); }, "sample 1: response_length = 6");
   }
   {
     auto samples = base();
@@ -452,10 +453,12 @@ TEST(PackingOptions, FromTheBatchingFieldsItDeclares) {
   EXPECT_EQ(defaults.max_tokens_per_gpu, PackingOptions{}.max_tokens_per_gpu);
   EXPECT_EQ(schema.find("micro_batch_size")->section, "batching");
 
-  expect_error([&] { load_config(schema, "", {"--max-tokens-per-gpu", "0"}); },
-               "--max-tokens-per-gpu");
-  expect_error([&] { load_config(schema, "", {"--micro-batch-size", "0"}); },
-               "--micro-batch-size");
+  expect_error(
+      [&] {
+        load_config(schema, "", {"--max-tokens-per-gpu", "0"});
+      },
+      "--max-tokens-per-gpu");
+  expect_error([&] { load_config(schema, "", {"--micro-batch-size", "0"}); }, "--micro-batch-size");
 }
 
 }  // namespace
