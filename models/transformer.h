@@ -18,8 +18,8 @@
 //   torch::Tensor hidden = model->forward(input_ids, position_ids, cu_seqlens);  // [T, H]
 //   torch::Tensor logits = model->logits(hidden);                                // [T, V]
 //
-// Generation uses a KVCache (models/kv_cache.h): forward_prefill() for new prompts, then
-// forward_decode() for one token per running sequence.
+// Generation uses a paged KVCache (models/kv_cache.h) through forward_cached(), one step of
+// prompt chunks and decodes at a time; rollout/engine.h schedules those steps.
 #pragma once
 
 #include <torch/torch.h>
@@ -65,16 +65,12 @@ class TransformerModelImpl : public torch::nn::Module {
   // batch prefer compute_token_log_probs(hidden, lm_head_weight(), ...) (models/log_probs.h).
   torch::Tensor logits(const torch::Tensor& hidden);
 
-  // Runs packed prompts into the cache: sequence i (tokens cu_seqlens[i]..cu_seqlens[i+1]) is
-  // appended to active slot slots[i] at positions length(slot), length(slot) + 1, ...
-  // input_ids: [T] int64; cu_seqlens: [B+1] int32/int64 with non-empty sequences; slots: [B]
-  // int64. Returns the logits of each sequence's last token, [B, vocab_size] in dtype().
-  torch::Tensor forward_prefill(const torch::Tensor& input_ids, const torch::Tensor& cu_seqlens,
-                                const torch::Tensor& slots, KVCache& cache);
-
-  // One new token per running sequence: token_ids [b] int64 goes to slots [b] (distinct, active)
-  // at position length(slot). Returns next-token logits [b, vocab_size] in dtype().
-  torch::Tensor forward_decode(const torch::Tensor& token_ids, const torch::Tensor& slots,
+  // Runs the tokens of one cache step (any mix of prompt chunks and single-token decodes; see
+  // models/kv_cache.h): their keys and values are written to the cache, and each token attends
+  // to the tokens its sequence already holds and to those before it in the step. input_ids: [T]
+  // int64, packed in the step's sequence order. Returns the hidden states after the final norm,
+  // [T, hidden_size] in dtype() (apply logits() to the rows that need them). No autograd.
+  torch::Tensor forward_cached(const torch::Tensor& input_ids, const CacheStep& step,
                                KVCache& cache);
 
   // Recompute each decoder layer's activations in backward instead of storing them.
@@ -102,9 +98,6 @@ class TransformerModelImpl : public torch::nn::Module {
  private:
   torch::Tensor run_layer(DecoderLayer& layer, const torch::Tensor& hidden,
                           const RotaryTables& rope, const std::vector<int64_t>& offsets);
-  torch::Tensor forward_cached(const torch::Tensor& input_ids, const CacheStep& step,
-                               KVCache& cache);
-
   ModelConfig config_;
   RotaryEmbedding rotary_;
   bool activation_checkpointing_ = false;

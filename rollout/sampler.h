@@ -1,0 +1,45 @@
+// Turns a step's next-token logits into tokens and log-probs, one row per sequence, each with
+// its own parameters, in a few batched tensor operations.
+//
+// Reproducible sampling: row i draws its uniform number from (seed, draw_index) alone with a
+// counter-based generator, and picks the token by inverse CDF over the filtered distribution
+// sorted by probability (ties by token id). So a seeded sequence samples the same tokens
+// whatever else shares its batch, and after a preemption.
+//
+// Log-probs follow rollout/request.h's definition: log softmax(logits / T) over the whole
+// vocabulary (T = 1 for greedy rows), before filtering.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "rollout/request.h"
+
+namespace ooze::rollout {
+
+struct SamplingRow {
+  double temperature = 1.0;  // 0: argmax
+  double top_p = 1.0;
+  int64_t top_k = -1;
+  double min_p = 0.0;
+  uint64_t seed = 0;
+  uint64_t draw_index = 0;   // position of the token in the output (0 for the first)
+  int64_t top_logprobs_num = 0;
+};
+
+struct SampledTokens {
+  std::vector<int64_t> token_ids;
+  std::vector<float> logprobs;
+  std::vector<std::vector<TopLogProb>> top_logprobs;  // one list per row (empty if not asked)
+};
+
+// The uniform number in [0, 1) a row with this seed draws at this index.
+double counter_uniform(uint64_t seed, uint64_t draw_index);
+
+// logits: [rows, vocab] in any floating dtype (upcast to fp32 first). Throws ooze::Error when
+// rows.size() != logits.size(0).
+SampledTokens sample_tokens(const torch::Tensor& logits, const std::vector<SamplingRow>& rows);
+
+}  // namespace ooze::rollout
