@@ -50,11 +50,11 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& hidden, const R
   Projected p = project(hidden, rope);
   torch::Tensor& keys = cache.keys(layer_index);
   torch::Tensor& values = cache.values(layer_index);
-  // The model checks that the cache has its dtype and device.
-  using torch::indexing::Slice;
-  keys.index_put_({step.token_slots, Slice(), step.position_ids}, p.k);
-  values.index_put_({step.token_slots, Slice(), step.position_ids}, p.v);
-  torch::Tensor out = cached_causal_attention(p.q, keys, values, step, scale_);
+  // The model checks that the cache has its dtype and device. Each token goes to its slot of
+  // the block pool seen as one [num_blocks * block_size] sequence of slots.
+  keys.view({-1, num_kv_heads_, head_dim_}).index_copy_(0, step.slot_mapping, p.k);
+  values.view({-1, num_kv_heads_, head_dim_}).index_copy_(0, step.slot_mapping, p.v);
+  torch::Tensor out = paged_causal_attention(p.q, keys, values, step, scale_);
   return o_proj->forward(out.reshape({hidden.size(0), num_heads_ * head_dim_}));
 }
 

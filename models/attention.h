@@ -26,7 +26,8 @@ class AttentionImpl : public torch::nn::Module {
                         const std::vector<int64_t>& offsets);
 
   // The tokens of a cache step: their keys/values are written to layer `layer_index` of
-  // `cache` and they attend to everything their slot holds. Returns [T, hidden_size].
+  // `cache` at the step's slot mapping, and each attends to its sequence's tokens up to itself.
+  // Returns [T, hidden_size].
   torch::Tensor forward_cached(const torch::Tensor& hidden, const RotaryTables& rope,
                                const CacheStep& step, KVCache& cache, int64_t layer_index);
 

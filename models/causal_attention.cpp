@@ -101,50 +101,86 @@ torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tenso
   return outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 0);
 }
 
-torch::Tensor cached_causal_attention(const torch::Tensor& q, const torch::Tensor& cache_keys,
-                                      const torch::Tensor& cache_values, const CacheStep& step,
-                                      double scale) {
-  const int64_t num_sequences = static_cast<int64_t>(step.slots.size());
-  if (!step.is_decode) {
-    std::vector<torch::Tensor> outputs;
-    for (int64_t s = 0; s < num_sequences; ++s) {
-      const int64_t begin = step.offsets[s], count = step.offsets[s + 1] - begin;
-      const int64_t total = step.past_lengths[s] + count;
-      // [kv_heads, total, d] -> [total, kv_heads, d], a view.
-      torch::Tensor keys = cache_keys[step.slots[s]].narrow(1, 0, total).permute({1, 0, 2});
-      torch::Tensor values = cache_values[step.slots[s]].narrow(1, 0, total).permute({1, 0, 2});
-      outputs.push_back(attend_one_sequence(q.narrow(0, begin, count), keys, values,
-                                            step.past_lengths[s], scale));
+torch::Tensor paged_causal_attention(const torch::Tensor& q, const torch::Tensor& cache_keys,
+                                     const torch::Tensor& cache_values, const CacheStep& step,
+                                     double scale) {
+  const int64_t num_sequences = static_cast<int64_t>(step.block_tables.size());
+  const int64_t num_decodes = static_cast<int64_t>(step.decode_sequences.size());
+  const int64_t block_size = cache_keys.size(1), kv_heads = cache_keys.size(2);
+  const int64_t heads = q.size(1), head_dim = q.size(2), group = heads / kv_heads;
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(q.device());
+
+  // Every decode in one batched product over its blocks [D, max_blocks * block_size]; keys past
+  // a sequence's length (the rest of its last block, padding blocks) are masked out.
+  torch::Tensor decode_out;
+  if (num_decodes > 0) {
+    const int64_t num_keys = step.decode_block_table.size(1) * block_size;
+    const torch::Tensor blocks = step.decode_block_table.reshape({-1});
+    // [D * max_blocks, bs, kvh, d] -> [D, kvh, Lk, d] -> [D * kvh, Lk, d]
+    auto gather = [&](const torch::Tensor& cache) {
+      return cache.index_select(0, blocks)
+          .view({num_decodes, num_keys, kv_heads, head_dim})
+          .permute({0, 2, 1, 3})
+          .reshape({num_decodes * kv_heads, num_keys, head_dim});
+    };
+    torch::Tensor keys = gather(cache_keys), values = gather(cache_values);
+    torch::Tensor decode_q = q;
+    torch::Tensor decode_rows;
+    if (num_decodes != num_sequences) {
+      std::vector<int64_t> rows;
+      for (int64_t s : step.decode_sequences) rows.push_back(step.offsets[s]);
+      decode_rows = torch::tensor(rows, torch::kLong).to(q.device());
+      decode_q = q.index_select(0, decode_rows);
     }
-    return outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 0);
+    // Query head h = kv_head * group + g reads kv_head.
+    torch::Tensor queries = decode_q.reshape({num_decodes * kv_heads, group, head_dim});
+    torch::Tensor scores = (torch::bmm(queries, keys.transpose(1, 2)) * scale)
+                               .view({num_decodes, kv_heads, group, num_keys});
+    torch::Tensor key_positions = torch::arange(num_keys, long_options);
+    torch::Tensor beyond =
+        key_positions.unsqueeze(0) >= step.decode_lengths.unsqueeze(1);  // [D, Lk]
+    scores = scores.masked_fill(beyond.view({num_decodes, 1, 1, num_keys}),
+                                -std::numeric_limits<float>::infinity());
+    torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
+    decode_out = torch::bmm(probs.view({num_decodes * kv_heads, group, num_keys}), values)
+                     .view({num_decodes, heads, head_dim});
+    if (num_decodes == num_sequences) return decode_out;
+    torch::Tensor out = torch::empty_like(q);
+    out.index_copy_(0, decode_rows, decode_out);
+    decode_out = out;
   }
 
-  // Decode: one query per sequence, batched over sequences; each sees its own slot's
-  // positions 0..past_length (the new token included).
-  const int64_t heads = q.size(1), head_dim = q.size(2);
-  const int64_t kv_heads = cache_keys.size(1), group = heads / kv_heads;
-  const int64_t num_keys =
-      *std::max_element(step.past_lengths.begin(), step.past_lengths.end()) + 1;
-  // [b, kv_heads, num_keys, d]: a view of the cache for a run of slots, else a gather.
-  auto gather = [&](const torch::Tensor& cache) {
-    torch::Tensor prefix = cache.narrow(2, 0, num_keys);
-    return step.contiguous_slots ? prefix.narrow(0, step.slots[0], num_sequences)
-                                 : prefix.index_select(0, step.slot_index);
-  };
-  torch::Tensor keys = gather(cache_keys).reshape({num_sequences * kv_heads, num_keys, head_dim});
-  torch::Tensor values =
-      gather(cache_values).reshape({num_sequences * kv_heads, num_keys, head_dim});
-  torch::Tensor queries = q.reshape({num_sequences * kv_heads, group, head_dim});
-  torch::Tensor scores = (torch::bmm(queries, keys.transpose(1, 2)) * scale)
-                             .view({num_sequences, kv_heads, group, num_keys});
-  torch::Tensor key_positions =
-      torch::arange(num_keys, torch::TensorOptions().dtype(torch::kLong).device(q.device()));
-  torch::Tensor beyond = key_positions.unsqueeze(0) > step.position_ids.unsqueeze(1);  // [b, Lk]
-  scores = scores.masked_fill(beyond.view({num_sequences, 1, 1, num_keys}),
-                              -std::numeric_limits<float>::infinity());
-  torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
-  torch::Tensor out = torch::bmm(probs.view({num_sequences * kv_heads, group, num_keys}), values);
-  return out.view({num_sequences, heads, head_dim});
+  // Prompt chunks (past > 0 for a later chunk or a cached prefix), each over its own blocks.
+  torch::Tensor out = num_decodes > 0 ? decode_out : torch::empty_like(q);
+  const torch::Tensor flat_keys = cache_keys.view({-1, kv_heads, head_dim});
+  const torch::Tensor flat_values = cache_values.view({-1, kv_heads, head_dim});
+  for (int64_t s = 0; s < num_sequences; ++s) {
+    const int64_t begin = step.offsets[s], count = step.offsets[s + 1] - begin;
+    if (count == 1) continue;  // a decode, done above
+    const int64_t past = step.past_lengths[s], total = past + count;
+    const int64_t num_blocks = (total + block_size - 1) / block_size;
+    const std::vector<int64_t>& table = step.block_tables[s];
+    bool consecutive = true;
+    for (int64_t b = 1; b < num_blocks; ++b) consecutive &= table[b] == table[0] + b;
+    torch::Tensor keys, values;
+    if (consecutive) {  // a view, no copy
+      keys = flat_keys.narrow(0, table[0] * block_size, total);
+      values = flat_values.narrow(0, table[0] * block_size, total);
+    } else {
+      const torch::Tensor blocks =
+          torch::tensor(std::vector<int64_t>(table.begin(), table.begin() + num_blocks),
+                        torch::kLong)
+              .to(q.device());
+      keys = cache_keys.index_select(0, blocks).view({-1, kv_heads, head_dim}).narrow(0, 0, total);
+      values =
+          cache_values.index_select(0, blocks).view({-1, kv_heads, head_dim}).narrow(0, 0, total);
+    }
+    torch::Tensor attended =
+        attend_one_sequence(q.narrow(0, begin, count), keys, values, past, scale);
+    if (num_sequences == 1) return attended;
+    out.narrow(0, begin, count).copy_(attended);
+  }
+  return out;
 }
 
 }  // namespace ooze::models

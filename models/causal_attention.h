@@ -1,7 +1,7 @@
 // The attention arithmetic itself (no projections): causal softmax(q k^T * scale) v with
 // grouped-query heads (query head i reads key/value head i / (heads / kv_heads), as HF's
-// repeat_kv), over packed sequences or over a KV cache. Scores are computed in the input dtype
-// and the softmax in fp32, cast back, as HF's eager attention does.
+// repeat_kv), over packed sequences or over a paged KV cache. Scores are computed in the input
+// dtype and the softmax in fp32, cast back, as HF's eager attention does.
 #pragma once
 
 #include <torch/torch.h>
@@ -25,11 +25,12 @@ torch::Tensor packed_causal_attention(const torch::Tensor& q, const torch::Tenso
                                       double scale);
 
 // q: [T, heads, head_dim] for the new tokens of a cache step; cache_keys / cache_values: one
-// layer's cache storage [max_sequences, kv_heads, max_length, head_dim] that already holds this
-// step's keys and values. The new token at position p of a slot attends to cached positions
-// 0..p of that slot. Returns [T, heads, head_dim].
-torch::Tensor cached_causal_attention(const torch::Tensor& q, const torch::Tensor& cache_keys,
-                                      const torch::Tensor& cache_values, const CacheStep& step,
-                                      double scale);
+// layer's paged storage [num_blocks, block_size, kv_heads, head_dim] that already holds this
+// step's keys and values. The new token at position p of a sequence attends to positions 0..p
+// of that sequence, read through its block table. Decodes are batched into one product; prompt
+// chunks are attended to one sequence at a time. Returns [T, heads, head_dim] in step order.
+torch::Tensor paged_causal_attention(const torch::Tensor& q, const torch::Tensor& cache_keys,
+                                     const torch::Tensor& cache_values, const CacheStep& step,
+                                     double scale);
 
 }  // namespace ooze::models

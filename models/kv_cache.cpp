@@ -1,133 +1,181 @@
 #include "models/kv_cache.h"
 
-#include <set>
+#include <algorithm>
 #include <string>
+#include <unordered_map>
 
 #include "core/error.h"
 
 namespace ooze::models {
+namespace {
 
-KVCache::KVCache(const ModelConfig& config, int64_t max_sequences, int64_t max_length,
+std::string sequence_name(size_t index) { return "sequence " + std::to_string(index); }
+
+}  // namespace
+
+KVCache::KVCache(const ModelConfig& config, int64_t num_blocks, int64_t block_size,
                  c10::ScalarType dtype, c10::Device device)
-    : max_length_(max_length), dtype_(dtype), device_(device) {
-  if (max_sequences < 1 || max_length < 1) {
-    throw Error("KVCache: max_sequences = " + std::to_string(max_sequences) +
-                " and max_length = " + std::to_string(max_length) + " must both be >= 1");
+    : num_blocks_(num_blocks),
+      block_size_(block_size),
+      num_layers_(config.num_hidden_layers),
+      num_kv_heads_(config.num_key_value_heads),
+      head_dim_(config.head_dim),
+      dtype_(dtype),
+      device_(device) {
+  if (num_blocks < 1 || block_size < 1) {
+    throw Error("KVCache: num_blocks = " + std::to_string(num_blocks) +
+                " and block_size = " + std::to_string(block_size) + " must both be >= 1");
   }
-  auto options = torch::TensorOptions().dtype(dtype).device(device);
-  const std::vector<int64_t> shape = {max_sequences, config.num_key_value_heads, max_length,
-                                      config.head_dim};
-  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+  allocate();
+}
+
+void KVCache::allocate() {
+  auto options = torch::TensorOptions().dtype(dtype_).device(device_);
+  const std::vector<int64_t> shape = {num_blocks_, block_size_, num_kv_heads_, head_dim_};
+  keys_.clear();
+  values_.clear();
+  for (int64_t layer = 0; layer < num_layers_; ++layer) {
     keys_.push_back(torch::zeros(shape, options));
     values_.push_back(torch::zeros(shape, options));
   }
-  lengths_.assign(max_sequences, 0);
-  active_.assign(max_sequences, false);
 }
 
-int64_t KVCache::allocate() {
-  for (size_t slot = 0; slot < active_.size(); ++slot) {
-    if (!active_[slot]) {
-      active_[slot] = true;
-      lengths_[slot] = 0;
-      return static_cast<int64_t>(slot);
-    }
+int64_t KVCache::bytes_per_block() const {
+  return 2 * num_layers_ * block_size_ * num_kv_heads_ * head_dim_ *
+         static_cast<int64_t>(c10::elementSize(dtype_));
+}
+
+CacheStep KVCache::plan_step(const std::vector<std::vector<int64_t>>& block_tables,
+                             const std::vector<int64_t>& past_lengths,
+                             const std::vector<int64_t>& new_tokens) const {
+  if (block_tables.size() != past_lengths.size() || block_tables.size() != new_tokens.size()) {
+    throw Error("KVCache::plan_step: " + std::to_string(block_tables.size()) + " block tables, " +
+                std::to_string(past_lengths.size()) + " past lengths and " +
+                std::to_string(new_tokens.size()) +
+                " new-token counts; give one of each per sequence");
   }
-  throw Error("KVCache: all " + std::to_string(active_.size()) +
-              " slots are in use; release finished sequences first or create a larger cache");
-}
-
-void KVCache::check_slot(int64_t slot, const char* operation) const {
-  if (slot < 0 || slot >= max_sequences()) {
-    throw Error(std::string("KVCache::") + operation + ": slot " + std::to_string(slot) +
-                " is out of range [0, " + std::to_string(max_sequences()) + ")");
-  }
-  if (!active_[slot]) {
-    throw Error(std::string("KVCache::") + operation + ": slot " + std::to_string(slot) +
-                " is not allocated; call allocate() first");
-  }
-}
-
-void KVCache::release(int64_t slot) {
-  check_slot(slot, "release");
-  active_[slot] = false;
-  lengths_[slot] = 0;
-}
-
-void KVCache::reset() {
-  active_.assign(active_.size(), false);
-  lengths_.assign(lengths_.size(), 0);
-}
-
-bool KVCache::is_active(int64_t slot) const {
-  return slot >= 0 && slot < max_sequences() && active_[slot];
-}
-
-int64_t KVCache::num_free_slots() const {
-  int64_t free = 0;
-  for (bool active : active_) free += active ? 0 : 1;
-  return free;
-}
-
-int64_t KVCache::length(int64_t slot) const {
-  check_slot(slot, "length");
-  return lengths_[slot];
-}
-
-CacheStep KVCache::plan_step(const std::vector<int64_t>& slots,
-                             const std::vector<int64_t>& new_tokens, bool is_decode) const {
-  if (slots.size() != new_tokens.size()) {
-    throw Error("KVCache: " + std::to_string(slots.size()) + " slots but " +
-                std::to_string(new_tokens.size()) + " sequences");
+  if (block_tables.empty()) {
+    throw Error("KVCache::plan_step: the step has no sequences; give at least one");
   }
   CacheStep step;
-  step.is_decode = is_decode;
+  step.block_tables = block_tables;
+  step.past_lengths = past_lengths;
   step.offsets.push_back(0);
-  std::set<int64_t> seen;
-  std::vector<int64_t> token_slots, positions;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const int64_t slot = slots[i];
-    check_slot(slot, is_decode ? "decode" : "prefill");
-    if (!seen.insert(slot).second) {
-      throw Error("KVCache: slot " + std::to_string(slot) +
-                  " appears twice in one step; each sequence needs its own slot");
+  std::vector<int64_t> slots, positions, decode_lengths;
+  // Which sequence writes each slot: two writers in one step would race.
+  std::unordered_map<int64_t, size_t> writer_of_slot;
+  int64_t max_decode_blocks = 0;
+  for (size_t i = 0; i < block_tables.size(); ++i) {
+    const std::vector<int64_t>& table = block_tables[i];
+    const int64_t past = past_lengths[i], count = new_tokens[i];
+    if (count < 1) {
+      throw Error("KVCache::plan_step: " + sequence_name(i) + " adds " + std::to_string(count) +
+                  " tokens; every sequence of a step adds at least one");
     }
-    if (new_tokens[i] < 1) {
-      throw Error("KVCache: sequence " + std::to_string(i) + " (slot " + std::to_string(slot) +
-                  ") has no tokens; every sequence of a step needs at least one");
+    if (past < 0) {
+      throw Error("KVCache::plan_step: " + sequence_name(i) + " has past length " +
+                  std::to_string(past) + "; it must be >= 0");
     }
-    const int64_t past = lengths_[slot];
-    if (past + new_tokens[i] > max_length_) {
-      throw Error("KVCache: slot " + std::to_string(slot) + " holds " + std::to_string(past) +
-                  " tokens and cannot take " + std::to_string(new_tokens[i]) +
-                  " more (max_length = " + std::to_string(max_length_) +
-                  "); stop the sequence or create a longer cache");
+    const int64_t total = past + count;
+    const int64_t needed = (total + block_size_ - 1) / block_size_;
+    if (static_cast<int64_t>(table.size()) < needed) {
+      throw Error("KVCache::plan_step: " + sequence_name(i) + " holds " + std::to_string(total) +
+                  " tokens after this step, which need " + std::to_string(needed) + " blocks of " +
+                  std::to_string(block_size_) + ", but its block table has " +
+                  std::to_string(table.size()) + "; allocate its blocks before the step");
     }
-    step.slots.push_back(slot);
-    step.past_lengths.push_back(past);
-    step.offsets.push_back(step.offsets.back() + new_tokens[i]);
-    for (int64_t t = 0; t < new_tokens[i]; ++t) {
-      token_slots.push_back(slot);
-      positions.push_back(past + t);
+    for (size_t b = 0; b < table.size(); ++b) {
+      if (table[b] < 0 || table[b] >= num_blocks_) {
+        throw Error("KVCache::plan_step: " + sequence_name(i) + " lists block " +
+                    std::to_string(table[b]) + " at table index " + std::to_string(b) +
+                    ", outside [0, " + std::to_string(num_blocks_) + ")");
+      }
+    }
+    for (int64_t position = past; position < total; ++position) {
+      const int64_t block = table[position / block_size_];
+      const int64_t slot = block * block_size_ + position % block_size_;
+      auto [it, inserted] = writer_of_slot.emplace(slot, i);
+      if (!inserted) {
+        throw Error("KVCache::plan_step: " + sequence_name(it->second) + " and " +
+                    sequence_name(i) + " both write offset " +
+                    std::to_string(position % block_size_) + " of block " + std::to_string(block) +
+                    " in one step; a shared block must be copied (copy_block) before a sequence "
+                    "writes into it");
+      }
+      slots.push_back(slot);
+      positions.push_back(position);
+    }
+    step.offsets.push_back(step.offsets.back() + count);
+    if (count == 1) {
+      step.decode_sequences.push_back(static_cast<int64_t>(i));
+      decode_lengths.push_back(total);
+      max_decode_blocks = std::max(max_decode_blocks, needed);
     }
   }
-  step.contiguous_slots = true;
-  for (size_t i = 0; i < step.slots.size(); ++i) {
-    if (step.slots[i] != step.slots[0] + static_cast<int64_t>(i)) step.contiguous_slots = false;
-  }
-  auto to_device = [&](const std::vector<int64_t>& values) {
+  auto on_device = [&](const std::vector<int64_t>& values) {
     return torch::tensor(values, torch::kLong).to(device_);
   };
-  step.slot_index = to_device(step.slots);
-  step.token_slots = to_device(token_slots);
-  step.position_ids = to_device(positions);
+  step.slot_mapping = on_device(slots);
+  step.position_ids = on_device(positions);
+  if (!step.decode_sequences.empty()) {
+    const int64_t num_decodes = static_cast<int64_t>(step.decode_sequences.size());
+    std::vector<int64_t> table(num_decodes * max_decode_blocks, 0);
+    for (int64_t d = 0; d < num_decodes; ++d) {
+      const std::vector<int64_t>& blocks = block_tables[step.decode_sequences[d]];
+      const int64_t used = (decode_lengths[d] + block_size_ - 1) / block_size_;
+      std::copy(blocks.begin(), blocks.begin() + used, table.begin() + d * max_decode_blocks);
+    }
+    step.decode_block_table = on_device(table).view({num_decodes, max_decode_blocks});
+    step.decode_lengths = on_device(decode_lengths);
+  }
   return step;
 }
 
-void KVCache::commit_step(const CacheStep& step) {
-  for (size_t i = 0; i < step.slots.size(); ++i) {
-    lengths_[step.slots[i]] = step.past_lengths[i] + (step.offsets[i + 1] - step.offsets[i]);
+void KVCache::copy_block(int64_t source, int64_t destination) {
+  for (int64_t block : {source, destination}) {
+    if (block < 0 || block >= num_blocks_) {
+      throw Error("KVCache::copy_block: block " + std::to_string(block) + " is outside [0, " +
+                  std::to_string(num_blocks_) + ")");
+    }
   }
+  if (!has_memory()) {
+    throw Error(
+        "KVCache::copy_block: the cache's memory is released (the engine is asleep); call "
+        "reacquire_memory() first");
+  }
+  if (source == destination) return;
+  torch::NoGradGuard no_grad;
+  for (int64_t layer = 0; layer < num_layers_; ++layer) {
+    keys_[layer][destination].copy_(keys_[layer][source]);
+    values_[layer][destination].copy_(values_[layer][source]);
+  }
+}
+
+void KVCache::release_memory() {
+  keys_.clear();
+  values_.clear();
+}
+
+void KVCache::reacquire_memory() {
+  if (!has_memory()) allocate();
+}
+
+torch::Tensor& KVCache::keys(int64_t layer) {
+  if (!has_memory()) {
+    throw Error(
+        "KVCache: the cache's memory is released (the engine is asleep); call "
+        "reacquire_memory() before reading or writing it");
+  }
+  if (layer < 0 || layer >= num_layers_) {
+    throw Error("KVCache: layer " + std::to_string(layer) + " is outside [0, " +
+                std::to_string(num_layers_) + ")");
+  }
+  return keys_[layer];
+}
+
+torch::Tensor& KVCache::values(int64_t layer) {
+  keys(layer);  // the same checks
+  return values_[layer];
 }
 
 }  // namespace ooze::models

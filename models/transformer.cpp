@@ -45,11 +45,6 @@ ModelConfig validated(ModelConfig config) {
   return config;
 }
 
-std::vector<int64_t> to_int64_vector(const torch::Tensor& tensor) {
-  torch::Tensor cpu = tensor.to(torch::kCPU, torch::kLong).contiguous();
-  return std::vector<int64_t>(cpu.data_ptr<int64_t>(), cpu.data_ptr<int64_t>() + cpu.numel());
-}
-
 }  // namespace
 
 TransformerModelImpl::TransformerModelImpl(ModelConfig config, std::optional<c10::ScalarType> dtype)
@@ -141,59 +136,38 @@ torch::Tensor TransformerModelImpl::logits(const torch::Tensor& hidden) {
 
 torch::Tensor TransformerModelImpl::forward_cached(const torch::Tensor& input_ids,
                                                    const CacheStep& step, KVCache& cache) {
+  torch::NoGradGuard no_grad;
+  const c10::Device device = embed_tokens_->weight.device();
   if (cache.num_layers() != config_.num_hidden_layers || cache.dtype() != dtype() ||
-      cache.device() != embed_tokens_->weight.device()) {
+      cache.device() != device) {
     throw Error("KVCache does not match the model: it has " + std::to_string(cache.num_layers()) +
                 " layers, dtype " + c10::toString(cache.dtype()) + ", device " +
                 cache.device().str() + "; the model has " +
                 std::to_string(config_.num_hidden_layers) + " layers, " + c10::toString(dtype()) +
-                ", " + embed_tokens_->weight.device().str());
+                ", " + device.str() +
+                ". Create the cache from the model's config, dtype and device");
   }
-  torch::Tensor hidden = embed(input_ids.to(cache.device()));
+  if (!cache.has_memory()) {
+    throw Error(
+        "forward_cached: the KVCache's memory is released (the engine is asleep); call "
+        "reacquire_memory() before running the model");
+  }
+  check_token_ids(input_ids, "input_ids", config_.vocab_size);
+  if (step.offsets.empty() || !step.slot_mapping.defined() ||
+      step.offsets.size() != step.block_tables.size() + 1) {
+    throw Error("forward_cached: the CacheStep is not planned; make it with KVCache::plan_step");
+  }
+  if (input_ids.size(0) != step.offsets.back()) {
+    throw Error("forward_cached: input_ids holds " + std::to_string(input_ids.size(0)) +
+                " tokens but the step plans " + std::to_string(step.offsets.back()) +
+                "; pass each sequence's new tokens, packed in the step's order");
+  }
+  torch::Tensor hidden = embed(input_ids.to(device, torch::kLong));
   const RotaryTables rope = rotary_tables(step.position_ids);
   for (size_t i = 0; i < layers_.size(); ++i) {
     hidden = layers_[i]->forward_cached(hidden, rope, step, cache, static_cast<int64_t>(i));
   }
-  cache.commit_step(step);
   return norm_->forward(hidden);
-}
-
-torch::Tensor TransformerModelImpl::forward_prefill(const torch::Tensor& input_ids,
-                                                    const torch::Tensor& cu_seqlens,
-                                                    const torch::Tensor& slots, KVCache& cache) {
-  torch::NoGradGuard no_grad;
-  check_token_ids(input_ids, "input_ids", config_.vocab_size);
-  const std::vector<int64_t> offsets = sequence_offsets(cu_seqlens, input_ids.size(0));
-  if (!slots.defined() || slots.dim() != 1 ||
-      slots.size(0) != static_cast<int64_t>(offsets.size()) - 1) {
-    throw Error("forward_prefill: slots must be a 1-D tensor with one slot per sequence (" +
-                std::to_string(offsets.size() - 1) + ")");
-  }
-  std::vector<int64_t> lengths;
-  for (size_t i = 0; i + 1 < offsets.size(); ++i) lengths.push_back(offsets[i + 1] - offsets[i]);
-  const CacheStep step = cache.plan_step(to_int64_vector(slots), lengths, /*is_decode=*/false);
-  torch::Tensor hidden = forward_cached(input_ids, step, cache);
-  std::vector<int64_t> last_tokens(offsets.begin() + 1, offsets.end());
-  for (int64_t& index : last_tokens) index -= 1;
-  torch::Tensor last =
-      hidden.index_select(0, torch::tensor(last_tokens, torch::kLong).to(hidden.device()));
-  return logits(last);
-}
-
-torch::Tensor TransformerModelImpl::forward_decode(const torch::Tensor& token_ids,
-                                                   const torch::Tensor& slots, KVCache& cache) {
-  torch::NoGradGuard no_grad;
-  check_token_ids(token_ids, "token_ids", config_.vocab_size);
-  if (!slots.defined() || slots.dim() != 1 || slots.size(0) != token_ids.size(0)) {
-    throw Error("forward_decode: slots must be a 1-D tensor with one slot per token (" +
-                std::to_string(token_ids.size(0)) + ")");
-  }
-  if (token_ids.size(0) == 0) {
-    throw Error("forward_decode: no sequences given; pass at least one token and slot");
-  }
-  const std::vector<int64_t> ones(token_ids.size(0), 1);
-  const CacheStep step = cache.plan_step(to_int64_vector(slots), ones, /*is_decode=*/true);
-  return logits(forward_cached(token_ids, step, cache));
 }
 
 }  // namespace ooze::models
