@@ -37,11 +37,13 @@
 // the handler can abort its work (for the engine: Engine::abort frees the request's blocks).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -108,8 +110,8 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   void start_stream(int status = 200, const std::string& content_type = "text/event-stream",
                     const HttpHeaders& extra_headers = {});
   // Queues one SSE event, "data: <data>\n\n" (a multi-line data gets a "data: " per line).
-  // Never blocks. Returns false once the client has gone or the stream was finished (the data
-  // is then dropped).
+  // Starts the stream with the defaults if start_stream() was not called. Never blocks.
+  // Returns false once the client has gone or the stream was finished (the data is dropped).
   bool send_event(const std::string& data);
   // Queues bytes as they are (the router relays an upstream stream this way). Same return.
   bool send_bytes(std::string bytes);
@@ -132,12 +134,31 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
  private:
   friend class HttpConnection;
   HttpExchange() = default;
+  // Server side: the client left before the response was complete / the response is complete.
+  void mark_gone();
+  void mark_completed();
+  // Both under mutex_.
+  void start_stream_locked(int status, const std::string& content_type,
+                           const HttpHeaders& extra_headers);
+  bool queue_stream_bytes(std::string bytes);  // chunk-framed and queued
 
   std::string method_, target_, path_, query_, body_, remote_address_;
   HttpHeaders headers_;
+  bool keep_alive_ = true;  // what the request asked for
+  bool chunked_ = true;     // HTTP/1.1: streams use chunked encoding; HTTP/1.0: raw bytes, close
   std::shared_ptr<HttpConnection> connection_;
+
+  mutable std::mutex mutex_;
+  bool answered_ = false;   // a response or stream was started
+  bool streaming_ = false;
+  bool finished_ = false;   // nothing more may be queued
+  bool completed_ = false;  // every byte written
+  std::atomic<bool> gone_{false};
+  std::vector<std::function<void()>> close_callbacks_;
 };
 
+// Called on a server thread for every request that passed the server's checks. It should return
+// quickly (hand slow or blocking work to another thread) and answer through the exchange.
 using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
 
 // Dispatch by exact method and path. Handlers that throw get a 500 (InvalidRequest-like
