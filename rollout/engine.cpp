@@ -124,7 +124,10 @@ class Engine::Loop {
                     std::vector<TopLogProb> top);
   void finish(Sequence* sequence, FinishReason reason, const std::string& abort_message = "",
               std::optional<StopMatch> match = std::nullopt);
-  void deliver(const RequestState& state, const GenerateOutput& output);
+  // Outputs are queued while the engine's state changes and handed to callbacks after the
+  // statistics are published, so a caller woken by its result sees the engine as it is.
+  void deliver(const std::shared_ptr<RequestState>& state, const GenerateOutput& output);
+  void flush_outbox();
   void fill_output(Sequence& sequence, bool finished);
   void publish_stats();
 
@@ -156,6 +159,7 @@ class Engine::Loop {
   bool stalled_ = false;  // nothing could be scheduled: wait for a change
   int64_t weight_version_ = 0;
   EngineStats totals_;
+  std::vector<std::pair<std::shared_ptr<RequestState>, GenerateOutput>> outbox_;
 
   mutable std::mutex stats_mutex_;
   EngineStats stats_;
@@ -291,10 +295,15 @@ std::string Engine::Loop::submit(GenerateRequest request, OutputCallback on_upda
 
 void Engine::Loop::run_command(const std::function<void()>& command) {
   if (std::this_thread::get_id() == thread_.get_id()) {  // from an output callback
-    command();
+    command();  // its outputs join those the callback is part of
     return;
   }
-  std::packaged_task<void()> task(command);
+  // Statistics are published with the command, so a caller sees its effect at once.
+  std::packaged_task<void()> task([this, &command] {
+    command();
+    publish_stats();
+    flush_outbox();
+  });
   std::future<void> done = task.get_future();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -331,6 +340,7 @@ void Engine::Loop::main() {
     if (stopping) {
       abort_all("the engine shut down");
       publish_stats();
+      flush_outbox();
       return;
     }
     if (has_work()) {
@@ -343,6 +353,7 @@ void Engine::Loop::main() {
       }
     }
     publish_stats();
+    flush_outbox();
   }
 }
 
@@ -466,7 +477,7 @@ void Engine::Loop::append_token(Sequence& sequence, int64_t token, float logprob
     finish(&sequence, stop->reason, "", stop);
   } else if (request.stream) {
     fill_output(sequence, /*finished=*/false);
-    deliver(*sequence.request, output);
+    deliver(sequence.request, output);
   }
 }
 
@@ -474,12 +485,22 @@ void Engine::Loop::fill_output(Sequence& sequence, bool finished) {
   sequence.output.text = sequence.text->text(finished);
 }
 
-void Engine::Loop::deliver(const RequestState& state, const GenerateOutput& output) {
-  if (!state.on_update) return;
-  try {
-    state.on_update(output);
-  } catch (const std::exception& e) {
-    OOZE_LOG(ERROR) << "rollout engine: an output callback threw: " << e.what();
+void Engine::Loop::deliver(const std::shared_ptr<RequestState>& state,
+                           const GenerateOutput& output) {
+  if (state->on_update) outbox_.emplace_back(state, output);
+}
+
+void Engine::Loop::flush_outbox() {
+  while (!outbox_.empty()) {
+    std::vector<std::pair<std::shared_ptr<RequestState>, GenerateOutput>> batch;
+    batch.swap(outbox_);
+    for (auto& [state, output] : batch) {
+      try {
+        state->on_update(output);
+      } catch (const std::exception& e) {
+        OOZE_LOG(ERROR) << "rollout engine: an output callback threw: " << e.what();
+      }
+    }
   }
 }
 
@@ -500,7 +521,7 @@ void Engine::Loop::finish(Sequence* sequence, FinishReason reason,
   for (int64_t k = 0; k < owned->fan_out; ++k) {
     GenerateOutput copy = output;
     copy.index = owned->index + k;
-    deliver(*state, copy);
+    deliver(state, copy);
     --state->unfinished;
   }
   if (state->unfinished == 0) {

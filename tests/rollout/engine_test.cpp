@@ -19,6 +19,7 @@
 #include "models/model_config.h"
 #include "models/tokenizer.h"
 #include "models/transformer.h"
+#include "models/unicode_utils.h"
 #include "tests/rollout/tiny_model.h"
 #include "tests/support/expect_error.h"
 
@@ -278,36 +279,48 @@ TEST_F(EngineTest, SeededSamplingIsTheSameAloneAndInABatch) {
 }
 
 TEST_F(EngineTest, StopStringAcrossTokensStopTokenAndLength) {
+  // The byte tokenizer makes every byte a token, so a 3-byte stop string spans 3 tokens. Take
+  // it from a free run: the first window of 3 printable ASCII tokens after 4 plain bytes.
   Engine engine(options());
-  GenerateRequest r = greedy(prompt(9, 2), 30);
-  GenerateOutput free_run = engine.generate(r)[0];
-  // The byte tokenizer makes every byte a token: a 3-byte stop string spans 3 tokens.
-  const std::string stop = free_run.text.substr(6, 3);
-  const size_t stop_at = free_run.text.find(stop);
-  r.sampling.stop = {stop};
+  GenerateRequest r;
+  std::vector<int64_t> ids;
+  size_t window = 0;
+  for (int64_t salt = 0; window == 0 && salt < 50; ++salt) {
+    r = greedy(prompt(9, salt), 30);
+    ids = engine.generate(r)[0].output_ids;
+    for (size_t i = 4; i + 3 <= ids.size() && window == 0; ++i) {
+      bool ok = true;
+      for (size_t j = 0; j < i + 3; ++j) ok = ok && ids[j] < 256;
+      for (size_t j = i; j < i + 3; ++j) ok = ok && ids[j] >= 32 && ids[j] < 127;
+      if (ok) window = i;
+    }
+  }
+  ASSERT_GT(window, 0u) << "no printable window in 50 greedy runs";
+  std::string bytes;
+  for (int64_t id : ids) bytes.push_back(static_cast<char>(id < 256 ? id : 0));
+  const std::string stop = bytes.substr(window, 3);
+  const size_t stop_at = bytes.find(stop);
+  r.sampling.stop = {"never-seen", stop};
   GenerateOutput stopped = engine.generate(r)[0];
   EXPECT_EQ(stopped.finish_reason, FinishReason::kStop);
   EXPECT_EQ(stopped.matched_stop, stop);
-  EXPECT_EQ(stopped.text, free_run.text.substr(0, stop_at));
+  EXPECT_EQ(stopped.text, models::utf8_lossy(bytes.substr(0, stop_at)));
   // Token ids keep every sampled token, those spelling the stop string included.
-  EXPECT_EQ(stopped.output_ids.size(), stop_at + 3);
+  EXPECT_EQ(stopped.output_ids, std::vector<int64_t>(ids.begin(), ids.begin() + stop_at + 3));
 
   r.sampling.stop.clear();
-  r.sampling.stop_token_ids = {free_run.output_ids[4]};
+  r.sampling.stop_token_ids = {ids[4]};
   GenerateOutput by_token = engine.generate(r)[0];
   EXPECT_EQ(by_token.finish_reason, FinishReason::kStop);
-  EXPECT_EQ(by_token.matched_token, free_run.output_ids[4]);
-  const auto first = std::find(free_run.output_ids.begin(), free_run.output_ids.end(),
-                               free_run.output_ids[4]);
-  EXPECT_EQ(by_token.output_ids,
-            std::vector<int64_t>(free_run.output_ids.begin(), first + 1));
+  EXPECT_EQ(by_token.matched_token, ids[4]);
+  const auto first = std::find(ids.begin(), ids.end(), ids[4]);
+  EXPECT_EQ(by_token.output_ids, std::vector<int64_t>(ids.begin(), first + 1));
 
   r.sampling.stop_token_ids.clear();
   r.sampling.max_new_tokens = 3;
   GenerateOutput short_run = engine.generate(r)[0];
   EXPECT_EQ(short_run.finish_reason, FinishReason::kLength);
-  EXPECT_EQ(short_run.output_ids,
-            std::vector<int64_t>(free_run.output_ids.begin(), free_run.output_ids.begin() + 3));
+  EXPECT_EQ(short_run.output_ids, std::vector<int64_t>(ids.begin(), ids.begin() + 3));
 }
 
 TEST_F(EngineTest, EosFromGenerationConfigFinishesUnlessIgnored) {
