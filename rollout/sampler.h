@@ -6,8 +6,15 @@
 // sorted by probability (ties by token id). So a seeded sequence samples the same tokens
 // whatever else shares its batch, and after a preemption.
 //
+// Filters apply in order to softmax(logits / T): top-k; then top-p on the top-k distribution
+// renormalised (the smallest prefix, by probability, holding at least top_p of its mass);
+// then min-p (drop tokens below min_p times the most likely one's probability); the most likely
+// token always stays, and tokens of probability 0 are never drawn. The kept tokens are
+// renormalised before the draw.
+//
 // Log-probs follow rollout/request.h's definition: log softmax(logits / T) over the whole
-// vocabulary (T = 1 for greedy rows), before filtering.
+// vocabulary (T = 1 for greedy rows), before filtering. top_logprobs lists the most likely
+// tokens under that same distribution, ties by token id.
 #pragma once
 
 #include <torch/torch.h>
@@ -25,7 +32,7 @@ struct SamplingRow {
   int64_t top_k = -1;
   double min_p = 0.0;
   uint64_t seed = 0;
-  uint64_t draw_index = 0;   // position of the token in the output (0 for the first)
+  uint64_t draw_index = 0;  // position of the token in the output (0 for the first)
   int64_t top_logprobs_num = 0;
 };
 
@@ -38,8 +45,10 @@ struct SampledTokens {
 // The uniform number in [0, 1) a row with this seed draws at this index.
 double counter_uniform(uint64_t seed, uint64_t draw_index);
 
-// logits: [rows, vocab] in any floating dtype (upcast to fp32 first). Throws ooze::Error when
-// rows.size() != logits.size(0).
+// logits: [rows, vocab] in any floating dtype (upcast to fp32 first), on any device. Throws
+// ooze::Error when logits are not a 2-D floating tensor, rows.size() != logits.size(0), or a
+// row's parameters are out of range (temperature < 0, top_p outside (0, 1], min_p outside
+// [0, 1], top_k < -1, top_logprobs_num < 0).
 SampledTokens sample_tokens(const torch::Tensor& logits, const std::vector<SamplingRow>& rows);
 
 }  // namespace ooze::rollout
