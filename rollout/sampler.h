@@ -2,9 +2,11 @@
 // its own parameters, in a few batched tensor operations.
 //
 // Reproducible sampling: row i draws its uniform number from (seed, draw_index) alone with a
-// counter-based generator, and picks the token by inverse CDF over the filtered distribution
-// sorted by probability (ties by token id). So a seeded sequence samples the same tokens
-// whatever else shares its batch, and after a preemption.
+// counter-based generator, and picks the token by inverse CDF: over the filtered distribution
+// sorted by probability (ties by token id) when the row filters, over the whole distribution in
+// token-id order when it does not (no sort: on a large vocabulary that is most of the cost).
+// So a seeded sequence samples the same tokens whatever else shares its batch, and after a
+// preemption.
 //
 // Filters apply in order to softmax(logits / T): top-k; then top-p on the top-k distribution
 // renormalised (the smallest prefix, by probability, holding at least top_p of its mass);
