@@ -27,8 +27,8 @@ namespace ooze::rollout {
 
 struct StopMatch {
   FinishReason reason = FinishReason::kStop;  // kStop or kLength
-  std::optional<std::string> matched_stop;     // the stop string
-  std::optional<int64_t> matched_token;        // the stop or EOS token
+  std::optional<std::string> matched_stop;    // the stop string
+  std::optional<int64_t> matched_token;       // the stop or EOS token
 };
 
 class OutputText {
@@ -38,12 +38,14 @@ class OutputText {
              std::vector<int64_t> eos_token_ids);
 
   // Adds the next sampled token; returns why the output must finish now, if it must:
-  // a stop token, then a stop string, then max_new_tokens.
+  // a stop token, then a stop string, then max_new_tokens. A stop or EOS token's own text is
+  // left out of text(), as SGLang does. Throws ooze::Error once the output has finished.
   std::optional<StopMatch> append(int64_t token_id);
 
   int64_t num_tokens() const { return num_tokens_; }
   // The output so far: valid UTF-8, an incomplete trailing character held back (replaced by
-  // U+FFFD once finished), the matched stop string and anything after it removed.
+  // U+FFFD once finished), the matched stop string and anything after it removed. Bytes that
+  // no later byte can make a character are replaced by U+FFFD at once.
   std::string text(bool finished) const;
 
  private:
