@@ -225,6 +225,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void on_header(beast::error_code ec) {
     if (ec) return on_read_error(ec);
     const auto& request = parser_->get();
+    if (request.version() != 10 && request.version() != 11) {
+      reading_ = false;
+      read_timer_.cancel();
+      return reject(505, "only HTTP/1.0 and HTTP/1.1 are served");
+    }
     const auto expect = request.find(http::field::expect);
     if (expect != request.end() && iequals(expect->value(), "100-continue")) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";

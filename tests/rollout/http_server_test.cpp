@@ -214,7 +214,6 @@ TEST_F(HttpServerTest, MalformedHttpIsAnsweredWith400OrClosed) {
   const std::vector<std::string> garbage = {
       "GARBAGE\r\n\r\n",
       "GET\r\n\r\n",
-      "GET / HTTP/9.9\r\n\r\n",
       "GET /health HTTP/1.1\r\nBad Header Line\r\n\r\n",
       "POST /echo HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
       "POST /echo HTTP/1.1\r\nContent-Length: 12abc\r\n\r\n",
@@ -227,6 +226,8 @@ TEST_F(HttpServerTest, MalformedHttpIsAnsweredWith400OrClosed) {
     HttpReply reply = raw_exchange(port(), bytes, std::chrono::seconds(2));
     EXPECT_TRUE(reply.status == 0 || reply.status == 400) << reply.status << " for " << bytes;
   }
+  const int version_status = raw_exchange(port(), "GET /health HTTP/2.0\r\n\r\n").status;
+  EXPECT_TRUE(version_status == 400 || version_status == 505) << version_status;
   // A body shorter than its Content-Length: the server waits for the rest; the client gives
   // up and closes. Nothing stays in flight.
   raw_exchange(port(), "POST /echo HTTP/1.1\r\nContent-Length: 100\r\n\r\nshort",
