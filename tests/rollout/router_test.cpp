@@ -3,6 +3,7 @@
 // part two puts it in front of real engines serving the tiny model.
 #include "rollout/router.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,9 +16,13 @@
 #include <set>
 #include <thread>
 
+#include "models/tokenizer.h"
+#include "rollout/engine.h"
+#include "rollout/engine_server.h"
 #include "rollout/http_client.h"
 #include "rollout/http_server.h"
 #include "rollout/router_server.h"
+#include "tests/rollout/tiny_model.h"
 #include "tests/support/expect_error.h"
 
 namespace ooze::rollout {
@@ -594,6 +599,308 @@ TEST_F(RouterServerTest, AFailedEngineIs502NamingItUnlessRetriesAreOn) {
     EXPECT_FALSE(router_->router().engines()[1].alive);
     router_.reset();
   }
+}
+
+// ---- the router in front of real engines serving the tiny model ----
+
+// An engine and the server in front of it; the server can stop and start again on its port
+// while the engine lives on.
+struct ServedEngine {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<EngineServer> server;
+  uint16_t port = 0;
+  std::string url;
+
+  void stop() { server.reset(); }
+  void restart() {
+    ServerOptions options;
+    options.port = port;
+    server = std::make_unique<EngineServer>(*engine, options);
+  }
+};
+
+class RouterEngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    at::set_num_threads(1);
+    testing::tiny_model_dir();
+  }
+
+  void start_engines(int count) {
+    for (int i = 0; i < count; ++i) {
+      auto served = std::make_unique<ServedEngine>();
+      EngineOptions options;
+      options.model_dir = testing::tiny_model_dir();
+      options.kv_cache_blocks = 256;
+      options.block_size = 4;
+      options.max_running_requests = 16;
+      options.seed = 1;
+      served->engine = std::make_unique<Engine>(options);
+      served->server = std::make_unique<EngineServer>(*served->engine, ServerOptions{});
+      served->port = served->server->port();
+      served->url = served->server->url();
+      engines_.push_back(std::move(served));
+    }
+  }
+  RouterOptions router_options() const {
+    RouterOptions options;
+    for (const auto& served : engines_) options.engine_urls.push_back(served->url);
+    options.health_check_interval_s = 3600;  // the tests check health themselves
+    return options;
+  }
+  void start_router_server() {
+    RouterServerOptions options;
+    options.router = router_options();
+    router_server_ = std::make_unique<RouterServer>(options);
+    router_client_ = std::make_unique<HttpClient>(router_server_->url());
+  }
+  ServedEngine& served_at(const std::string& url) {
+    for (auto& served : engines_) {
+      if (served->url == url) return *served;
+    }
+    throw Error("no engine at " + url);
+  }
+
+  static json greedy(const std::string& text, int64_t max_new_tokens = 8) {
+    return {{"text", text},
+            {"sampling_params",
+             {{"temperature", 0}, {"max_new_tokens", max_new_tokens}, {"ignore_eos", true}}}};
+  }
+  static HttpResponse post(HttpClient& client, const std::string& path, const json& body) {
+    HttpRequest request;
+    request.method = "POST";
+    request.target = path;
+    request.body = body.dump();
+    return client.send(request);
+  }
+  static json post_json(HttpClient& client, const std::string& path, const json& body) {
+    const HttpResponse response = post(client, path, body);
+    EXPECT_EQ(response.status, 200) << path << ": " << response.body;
+    return json::parse(response.body);
+  }
+  // The data of every event of a streamed POST.
+  static std::vector<std::string> stream(HttpClient& client, const std::string& path, json body) {
+    body["stream"] = true;
+    HttpRequest request;
+    request.method = "POST";
+    request.target = path;
+    request.body = body.dump();
+    std::vector<std::string> events;
+    const HttpResponse response = client.send_streaming(request, [&](const SseEvent& event) {
+      events.push_back(event.data);
+      return true;
+    });
+    EXPECT_EQ(response.status, 200) << response.body;
+    EXPECT_TRUE(response.is_event_stream());
+    return events;
+  }
+
+  // Members in this order: the router and its client go before the engines they call.
+  std::vector<std::unique_ptr<ServedEngine>> engines_;
+  std::unique_ptr<RouterServer> router_server_;
+  std::unique_ptr<HttpClient> router_client_;
+};
+
+TEST_F(RouterEngineTest, GreedyAnswersThroughTheRouterEqualTheEngineAnswers) {
+  start_engines(2);
+  start_router_server();
+  HttpClient direct(engines_[0]->url);
+  for (const char* text : {"1 + 1 =", "The quick brown fox", "ooze"}) {
+    const json expected = post_json(direct, "/generate", greedy(text));
+    ASSERT_EQ(expected["output_ids"].size(), 8u);
+    const json routed = post_json(*router_client_, "/generate", greedy(text));
+    EXPECT_EQ(routed["text"], expected["text"]) << text;
+    EXPECT_EQ(routed["output_ids"], expected["output_ids"]) << text;
+    EXPECT_EQ(router_server_->router().generate(greedy(text))["output_ids"],
+              expected["output_ids"]);
+
+    const json completion = {{"prompt", text}, {"max_tokens", 8}, {"temperature", 0}};
+    EXPECT_EQ(post_json(*router_client_, "/v1/completions", completion)["choices"][0]["text"],
+              post_json(direct, "/v1/completions", completion)["choices"][0]["text"]);
+  }
+  HttpRequest models;
+  models.target = "/v1/models";
+  const HttpResponse listed = router_client_->send(models);
+  EXPECT_EQ(listed.status, 200);
+  EXPECT_EQ(json::parse(listed.body)["data"].size(), 1u);
+  models.target = "/get_model_info";
+  EXPECT_EQ(router_client_->send(models).status, 200);
+}
+
+TEST_F(RouterEngineTest, ConcurrentDistinctPromptsUseEveryEngine) {
+  start_engines(2);
+  Router router(router_options());
+  std::vector<std::future<json>> results;
+  for (int i = 0; i < 16; ++i) {
+    // Equal lengths, so each engine's prompt-token count says how many requests it served.
+    const std::string text =
+        "distinct prompt " + std::string(i < 10 ? "0" : "") + std::to_string(i);
+    results.push_back(router.generate_async(greedy(text, 16)));
+  }
+  for (auto& result : results) EXPECT_EQ(result.get()["output_ids"].size(), 16u);
+  const int64_t prompt_length =
+      static_cast<int64_t>(engines_[0]->engine->tokenizer().encode("distinct prompt 00").size());
+  int64_t routed_total = 0;
+  const std::vector<EngineStatus> statuses = router.engines();
+  for (size_t i = 0; i < engines_.size(); ++i) {
+    EXPECT_GE(statuses[i].routed, 4) << "engine " << i << " was left idle";
+    EXPECT_EQ(engines_[i]->engine->stats().prompt_tokens, statuses[i].routed * prompt_length)
+        << "the router's count disagrees with what engine " << i << " served";
+    routed_total += statuses[i].routed;
+  }
+  EXPECT_EQ(routed_total, 16);
+}
+
+TEST_F(RouterEngineTest, RepeatsOfAPromptShareOneEnginesPrefixCache) {
+  start_engines(2);
+  start_router_server();
+  const std::string prompt = "A prompt long enough to fill several KV-cache blocks.";
+  std::set<std::string> served_by;
+  std::vector<int64_t> cached;
+  for (int i = 0; i < 6; ++i) {
+    json body = greedy(prompt, 4);
+    body["sampling_params"]["temperature"] = 1.0;  // distinct samples of one prompt
+    body["sampling_params"]["seed"] = i;
+    const HttpResponse response = post(*router_client_, "/generate", body);
+    ASSERT_EQ(response.status, 200) << response.body;
+    served_by.insert(response.header("X-Ooze-Engine"));
+    cached.push_back(json::parse(response.body)["meta_info"]["cached_tokens"].get<int64_t>());
+  }
+  ASSERT_EQ(served_by.size(), 1u) << "the samples of one prompt went to different engines";
+  const ServedEngine& used = served_at(*served_by.begin());
+  for (const auto& served : engines_) {
+    if (served.get() != &used) {
+      EXPECT_EQ(served->engine->stats().prompt_tokens, 0);
+    }
+  }
+  EXPECT_EQ(cached[0], 0);
+  for (size_t i = 1; i < cached.size(); ++i) EXPECT_GT(cached[i], 0) << "request " << i;
+  EXPECT_GT(used.engine->stats().cache_hit_rate(), 0.5);
+}
+
+TEST_F(RouterEngineTest, StreamsPassThroughEventByEvent) {
+  start_engines(2);
+  start_router_server();
+  HttpClient direct(engines_[1]->url);
+  const json body = greedy("Stream this", 32);
+  const json whole = post_json(direct, "/generate", body);
+  // Each event carries the output so far (the engine may merge steps when its sender lags):
+  // the outputs grow event by event and end at the unstreamed answer.
+  const std::vector<std::string> routed = stream(*router_client_, "/generate", body);
+  ASSERT_GE(routed.size(), 3u) << "fewer than two events before [DONE]";
+  EXPECT_EQ(routed.back(), "[DONE]");
+  std::vector<int64_t> previous;
+  for (size_t i = 0; i + 1 < routed.size(); ++i) {
+    const std::vector<int64_t> ids = json::parse(routed[i])["output_ids"];
+    ASSERT_GT(ids.size(), previous.size()) << "event " << i;
+    EXPECT_TRUE(std::equal(previous.begin(), previous.end(), ids.begin())) << "event " << i;
+    previous = ids;
+  }
+  EXPECT_EQ(json::parse(routed[routed.size() - 2])["output_ids"], whole["output_ids"]);
+  EXPECT_EQ(json::parse(routed[routed.size() - 2])["text"], whole["text"]);
+
+  int chunks = 0;
+  const json last = router_server_->router().generate_stream(body, [&](const json&) {
+    ++chunks;
+    return true;
+  });
+  EXPECT_GE(chunks, 2);
+  EXPECT_EQ(last["output_ids"], whole["output_ids"]);
+}
+
+TEST_F(RouterEngineTest, AStoppedEngineLeavesTheRotationAndRejoinsOnItsPort) {
+  start_engines(2);
+  Router router(router_options());
+  const json reference = router.generate(greedy("same answer everywhere"));
+
+  // A key whose requests go to engine 1, which then stops.
+  RouteOptions options;
+  for (int i = 0; i < 10 && options.routing_key.empty(); ++i) {
+    RouteOptions probe;
+    probe.routing_key = "probe-" + std::to_string(i);
+    if (router.forward("/generate", greedy("x", 1), probe).engine_url == engines_[1]->url) {
+      options = probe;
+    }
+  }
+  ASSERT_FALSE(options.routing_key.empty());
+  engines_[1]->stop();
+  try {
+    router.generate(greedy("same answer everywhere"), options);
+    ADD_FAILURE() << "expected EngineFailedError";
+  } catch (const EngineFailedError& e) {
+    EXPECT_EQ(e.url(), engines_[1]->url);
+    EXPECT_CONTAINS(e.what(), engines_[1]->url);
+  }
+  EXPECT_FALSE(router.engines()[1].alive);
+  EXPECT_EQ(router.generate(greedy("same answer everywhere"), options)["output_ids"],
+            reference["output_ids"]);
+
+  // Started again on the same port: the health check takes it back, and the key's next new
+  // requests can land on it.
+  engines_[1]->restart();
+  router.check_health();
+  ASSERT_TRUE(router.engines()[1].alive);
+  RouteOptions retried;
+  retried.retry = true;
+  for (int i = 0; i < 10 && retried.routing_key.empty(); ++i) {
+    RouteOptions probe;
+    probe.routing_key = "again-" + std::to_string(i);
+    if (router.forward("/generate", greedy("x", 1), probe).engine_url == engines_[1]->url) {
+      retried.routing_key = probe.routing_key;
+    }
+  }
+  ASSERT_FALSE(retried.routing_key.empty());
+  engines_[1]->stop();
+  // With retry the request is answered by the live engine, the same greedy answer.
+  EXPECT_EQ(router.generate(greedy("same answer everywhere"), retried)["output_ids"],
+            reference["output_ids"]);
+  EXPECT_FALSE(router.engines()[1].alive);
+  EXPECT_EQ(router.engines()[1].failed, 2);
+
+  // The periodic check brings it back by itself.
+  RouterOptions periodic = router_options();
+  periodic.health_check_interval_s = 0.1;
+  Router watching(periodic);
+  EXPECT_FALSE(watching.engines()[1].alive);
+  engines_[1]->restart();
+  EXPECT_TRUE(eventually([&] { return watching.engines()[1].alive; }));
+}
+
+TEST_F(RouterEngineTest, BroadcastsReachEveryEngineAndHealthFollowsThem) {
+  start_engines(2);
+  start_router_server();
+  // Fill both engines' prefix caches.
+  for (int i = 0; i < 4; ++i) {
+    post_json(*router_client_, "/generate", greedy("cache me " + std::to_string(i), 2));
+  }
+  for (const auto& served : engines_) EXPECT_GT(served->engine->stats().cached_blocks, 0);
+  // The engines apply controls between steps; their statistics follow shortly.
+  EXPECT_EQ(post(*router_client_, "/flush_cache", json::object()).status, 200);
+  for (const auto& served : engines_) {
+    EXPECT_TRUE(eventually([&] { return served->engine->stats().cached_blocks == 0; }));
+  }
+  EXPECT_EQ(post(*router_client_, "/pause_generation", {{"mode", "in_place"}}).status, 200);
+  for (const auto& served : engines_) {
+    EXPECT_TRUE(eventually([&] { return served->engine->stats().paused; }));
+  }
+  EXPECT_EQ(post(*router_client_, "/continue_generation", json::object()).status, 200);
+  for (const auto& served : engines_) {
+    EXPECT_TRUE(eventually([&] { return !served->engine->stats().paused; }));
+  }
+  EXPECT_EQ(post(*router_client_, "/abort_request", {{"abort_all", true}}).status, 200);
+  // The engines' own 400 comes back per engine.
+  const HttpResponse refused = post(*router_client_, "/abort_request", json::object());
+  EXPECT_EQ(refused.status, 502);
+  EXPECT_EQ(json::parse(refused.body)["engines"][0]["status"], 400);
+
+  HttpRequest health;
+  health.target = "/health";
+  EXPECT_EQ(router_client_->send(health).status, 200);
+  for (auto& served : engines_) served->stop();
+  router_server_->router().check_health();
+  const HttpResponse down = router_client_->send(health);
+  EXPECT_EQ(down.status, 503);
+  for (const auto& served : engines_) EXPECT_CONTAINS(down.body, served->url);
 }
 
 }  // namespace
