@@ -1,10 +1,9 @@
 #include "rollout/engine_server.h"
 
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
-
-#include <atomic>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -218,9 +217,8 @@ class EngineServer::Impl {
       no_template_reason_ = e.what();
     }
     HttpRoutes routes;
-    routes.add("GET", "/health", [](std::shared_ptr<HttpExchange> ex) {
-      ex->respond(200, "text/plain", "");
-    });
+    routes.add("GET", "/health",
+               [](std::shared_ptr<HttpExchange> ex) { ex->respond(200, "text/plain", ""); });
     add(routes, "POST", "/generate", &Impl::generate);
     add(routes, "POST", "/v1/completions", &Impl::completions);
     add(routes, "POST", "/v1/chat/completions", &Impl::chat_completions);
@@ -345,9 +343,8 @@ class EngineServer::Impl {
         }
       };
     } else {
-      deliver = [ex, call, request_of_slot, &tokenizer](const std::vector<size_t>&,
-                                                        const std::vector<GenerateOutput>& outputs,
-                                                        bool) {
+      deliver = [ex, call, request_of_slot, &tokenizer](
+                    const std::vector<size_t>&, const std::vector<GenerateOutput>& outputs, bool) {
         nlohmann::json list = nlohmann::json::array();
         for (size_t slot = 0; slot < outputs.size(); ++slot) {
           list.push_back(
@@ -431,8 +428,7 @@ class EngineServer::Impl {
     engine_.submit(request, [ex](const GenerateOutput& output) {
       if (!output.finished) return;
       if (output.finish_reason == FinishReason::kAbort) {
-        ex->respond_error(503, "the health check's generation was aborted: " +
-                                   output.abort_message,
+        ex->respond_error(503, "the health check's generation was aborted: " + output.abort_message,
                           "", "server_error");
       } else {
         ex->respond(200, "text/plain", "");

@@ -12,9 +12,9 @@ namespace {
 // value, refused otherwise (silently ignoring them would change what the caller gets).
 void require_neutral(JsonFields& fields, const std::string& key, double neutral) {
   if (std::optional<double> value = fields.number(key); value && *value != neutral) {
-    throw InvalidRequest(fields.field_path(key),
-                         "is not supported by this server; only " + std::to_string(neutral) +
-                             " (no effect) is accepted");
+    throw InvalidRequest(fields.field_path(key), "is not supported by this server; only " +
+                                                     std::to_string(neutral) +
+                                                     " (no effect) is accepted");
   }
 }
 
@@ -52,9 +52,8 @@ SamplingParams parse_sampling_params(const nlohmann::json& object, const std::st
   return params;
 }
 
-nlohmann::json logprob_triples(const std::vector<float>& logprobs,
-                               const std::vector<int64_t>& ids, bool with_text,
-                               const models::Tokenizer& tokenizer) {
+nlohmann::json logprob_triples(const std::vector<float>& logprobs, const std::vector<int64_t>& ids,
+                               bool with_text, const models::Tokenizer& tokenizer) {
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < logprobs.size() && i < ids.size(); ++i) {
     out.push_back({logprobs[i], ids[i],
@@ -81,7 +80,8 @@ GenerateCall parse_generate_call(const nlohmann::json& body, const models::Token
   if (text && input_ids) {
     throw InvalidRequest("input_ids", "give either text or input_ids, not both");
   }
-  if (!text && !input_ids) throw InvalidRequest("text", "the prompt is missing: give text or input_ids");
+  if (!text && !input_ids)
+    throw InvalidRequest("text", "the prompt is missing: give text or input_ids");
 
   std::vector<std::vector<int64_t>> prompts;
   if (text) {
@@ -122,8 +122,8 @@ GenerateCall parse_generate_call(const nlohmann::json& body, const models::Token
   if (sampling && sampling->is_array() && call.batch) {
     if (sampling->size() != prompts.size()) {
       throw InvalidRequest("sampling_params", "has " + std::to_string(sampling->size()) +
-                                                  " entries for " +
-                                                  std::to_string(prompts.size()) + " prompts");
+                                                  " entries for " + std::to_string(prompts.size()) +
+                                                  " prompts");
     }
     for (size_t i = 0; i < prompts.size(); ++i) {
       bool trim = false;
@@ -133,8 +133,8 @@ GenerateCall parse_generate_call(const nlohmann::json& body, const models::Token
     }
   } else {
     bool trim = false;
-    const SamplingParams shared = parse_sampling_params(sampling ? *sampling : empty,
-                                                        "sampling_params", &trim);
+    const SamplingParams shared =
+        parse_sampling_params(sampling ? *sampling : empty, "sampling_params", &trim);
     params.assign(prompts.size(), shared);
     no_stop_trim.assign(prompts.size(), trim);
   }
@@ -157,9 +157,8 @@ GenerateCall parse_generate_call(const nlohmann::json& body, const models::Token
   const bool return_logprob = fields.boolean("return_logprob").value_or(false);
   const int64_t top_logprobs_num = fields.integer("top_logprobs_num").value_or(0);
   if (top_logprobs_num < 0 || top_logprobs_num > info.vocab_size) {
-    throw InvalidRequest("top_logprobs_num",
-                         "must be in [0, " + std::to_string(info.vocab_size) + "], got " +
-                             std::to_string(top_logprobs_num));
+    throw InvalidRequest("top_logprobs_num", "must be in [0, " + std::to_string(info.vocab_size) +
+                                                 "], got " + std::to_string(top_logprobs_num));
   }
   if (auto start = fields.integer("logprob_start_len"); start && *start != -1) {
     throw InvalidRequest("logprob_start_len",

@@ -40,7 +40,7 @@ struct GenerateCall {
   bool batch = false;                     // the prompt field was a list of prompts
   bool stream = false;
   bool return_text_in_logprobs = false;
-  std::vector<bool> no_stop_trim;          // per request: keep the matched stop string in text
+  std::vector<bool> no_stop_trim;  // per request: keep the matched stop string in text
   bool answers_with_list() const { return batch || requests.front().sampling.n > 1; }
   size_t num_outputs() const;
 };

@@ -1,5 +1,6 @@
 #include "rollout/http_server.h"
 
+#include <algorithm>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -10,12 +11,10 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/string_body.hpp>
-
-#include <algorithm>
 #include <cstdio>
 #include <future>
 #include <limits>
@@ -80,13 +79,14 @@ std::string error_body(int status, const std::string& message, const std::string
                  : status >= 500 ? "server_error"
                                  : "invalid_request_error";
   }
-  nlohmann::json error = {{"message", message},
-                          {"type", error_type},
-                          {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
-                          {"code", status}};
+  nlohmann::json error = {
+      {"message", message},
+      {"type", error_type},
+      {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
+      {"code", status}};
   // Replace rather than throw on invalid UTF-8 echoed from a request.
   return nlohmann::json{{"error", error}}.dump(-1, ' ', false,
-                                                nlohmann::json::error_handler_t::replace);
+                                               nlohmann::json::error_handler_t::replace);
 }
 
 std::string format_full_response(int status, const std::string& content_type,
@@ -109,7 +109,8 @@ bool iequals(beast::string_view a, beast::string_view b) { return beast::iequals
 bool same_secret(const std::string& given, const std::string& expected) {
   unsigned char diff = given.size() == expected.size() ? 0 : 1;
   for (size_t i = 0; i < given.size(); ++i) {
-    diff |= static_cast<unsigned char>(given[i] ^ expected[i % std::max<size_t>(1, expected.size())]);
+    diff |=
+        static_cast<unsigned char>(given[i] ^ expected[i % std::max<size_t>(1, expected.size())]);
   }
   return diff == 0;
 }
@@ -208,10 +209,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     parser_->body_limit(options().max_body_bytes);
     reading_ = true;
     arm_read_timer();
-    http::async_read_header(socket_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              self->on_header(ec);
-                            });
+    http::async_read_header(
+        socket_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
   }
 
   void arm_read_timer() {
@@ -276,8 +276,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void reject(int status, const std::string& message) {
     response_active_ = true;
     keep_alive_ = false;
-    write(format_full_response(status, "application/json", error_body(status, message, "", ""),
-                               {}, false),
+    write(format_full_response(status, "application/json", error_body(status, message, "", ""), {},
+                               false),
           true);
   }
 
@@ -293,8 +293,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     exchange->path_ = exchange->target_.substr(0, question);
     if (question != std::string::npos) exchange->query_ = exchange->target_.substr(question + 1);
     for (const auto& field : request) {
-      exchange->headers_.emplace_back(std::string(field.name_string()),
-                                      std::string(field.value()));
+      exchange->headers_.emplace_back(std::string(field.name_string()), std::string(field.value()));
     }
     exchange->body_ = std::move(request.body());
     exchange->remote_address_ = remote_;
@@ -328,8 +327,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     const std::string& key = options().api_key;
     if (key.empty()) return true;
     if (exchange.method() == "GET" &&
-        std::find(options().public_paths.begin(), options().public_paths.end(),
-                  exchange.path()) != options().public_paths.end()) {
+        std::find(options().public_paths.begin(), options().public_paths.end(), exchange.path()) !=
+            options().public_paths.end()) {
       return true;
     }
     const std::string authorization = exchange.header("authorization");
@@ -349,10 +348,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void watch_for_close() {
     if (watching_ || closed_ || buffer_.size() >= kWatchLimit) return;
     watching_ = true;
-    socket_.async_read_some(buffer_.prepare(4096),
-                            [self = shared_from_this()](beast::error_code ec, size_t n) {
-                              self->on_watch(ec, n);
-                            });
+    socket_.async_read_some(
+        buffer_.prepare(4096),
+        [self = shared_from_this()](beast::error_code ec, size_t n) { self->on_watch(ec, n); });
   }
 
   void on_watch(beast::error_code ec, size_t n) {
@@ -378,10 +376,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     write_timer_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
       if (!ec && self->writing_ && self->write_generation_ == generation) self->close();
     });
-    net::async_write(socket_, net::buffer(in_write_),
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->on_write(ec);
-                     });
+    net::async_write(
+        socket_, net::buffer(in_write_),
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
   }
 
   void on_write(beast::error_code ec) {
@@ -481,8 +478,7 @@ void HttpExchange::respond(int status, const std::string& content_type, std::str
   if (answered_ || !connection_) return;
   answered_ = true;
   finished_ = true;
-  std::string bytes =
-      format_full_response(status, content_type, body, extra_headers, keep_alive_);
+  std::string bytes = format_full_response(status, content_type, body, extra_headers, keep_alive_);
   connection_->post([connection = connection_, bytes = std::move(bytes)]() mutable {
     connection->write(std::move(bytes), true);
   });
@@ -671,9 +667,9 @@ class HttpServer::Impl {
     const std::string where = opts.host + ":" + std::to_string(opts.port);
     beast::error_code ec;
     tcp::resolver resolver(*io_);
-    const auto endpoints = resolver.resolve(opts.host, std::to_string(opts.port),
-                                            tcp::resolver::passive | tcp::resolver::numeric_service,
-                                            ec);
+    const auto endpoints =
+        resolver.resolve(opts.host, std::to_string(opts.port),
+                         tcp::resolver::passive | tcp::resolver::numeric_service, ec);
     if (ec || endpoints.empty()) {
       throw ServerError("http server: cannot resolve host '" + opts.host + "' (" + ec.message() +
                         "); give an IP address such as 127.0.0.1 or 0.0.0.0");
@@ -706,31 +702,31 @@ class HttpServer::Impl {
   }
 
   void accept() {
-    acceptor_.async_accept(net::make_strand(*io_), [this](beast::error_code ec,
-                                                         tcp::socket socket) {
-      if (!acceptor_.is_open() || shared_->stopping) return;
-      if (ec) {
-        // Out of descriptors and the like: wait a little rather than spin.
-        OOZE_LOG(WARN) << "http server: accept failed: " << ec.message();
-        auto timer = std::make_shared<net::steady_timer>(acceptor_.get_executor(),
-                                                         std::chrono::milliseconds(100));
-        timer->async_wait([this, timer](beast::error_code) {
-          if (acceptor_.is_open() && !shared_->stopping) accept();
+    acceptor_.async_accept(
+        net::make_strand(*io_), [this](beast::error_code ec, tcp::socket socket) {
+          if (!acceptor_.is_open() || shared_->stopping) return;
+          if (ec) {
+            // Out of descriptors and the like: wait a little rather than spin.
+            OOZE_LOG(WARN) << "http server: accept failed: " << ec.message();
+            auto timer = std::make_shared<net::steady_timer>(acceptor_.get_executor(),
+                                                             std::chrono::milliseconds(100));
+            timer->async_wait([this, timer](beast::error_code) {
+              if (acceptor_.is_open() && !shared_->stopping) accept();
+            });
+            return;
+          }
+          beast::error_code ignored;
+          socket.set_option(tcp::no_delay(true), ignored);  // events go out as soon as written
+          std::shared_ptr<HttpConnection> connection;
+          {
+            std::lock_guard<std::mutex> lock(shared_->mutex);
+            const uint64_t id = shared_->next_connection_id++;
+            connection = std::make_shared<HttpConnection>(io_, shared_, std::move(socket), id);
+            shared_->connections[id] = connection;
+          }
+          connection->start();
+          accept();
         });
-        return;
-      }
-      beast::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);  // events go out as soon as written
-      std::shared_ptr<HttpConnection> connection;
-      {
-        std::lock_guard<std::mutex> lock(shared_->mutex);
-        const uint64_t id = shared_->next_connection_id++;
-        connection = std::make_shared<HttpConnection>(io_, shared_, std::move(socket), id);
-        shared_->connections[id] = connection;
-      }
-      connection->start();
-      accept();
-    });
   }
 
   void stop(std::chrono::milliseconds drain) {
@@ -745,16 +741,14 @@ class HttpServer::Impl {
     });
     closed.get_future().wait();
 
-    for_each_connection([](const std::shared_ptr<HttpConnection>& c) {
-      c->post([c] { c->server_stopping(); });
-    });
+    for_each_connection(
+        [](const std::shared_ptr<HttpConnection>& c) { c->post([c] { c->server_stopping(); }); });
     const auto deadline = std::chrono::steady_clock::now() + drain;
     while (shared_->in_flight > 0 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    for_each_connection([](const std::shared_ptr<HttpConnection>& c) {
-      c->post([c] { c->close(); });
-    });
+    for_each_connection(
+        [](const std::shared_ptr<HttpConnection>& c) { c->post([c] { c->close(); }); });
     {
       std::lock_guard<std::mutex> lock(shared_->mutex);
       shared_->running = false;  // later posts (from exchanges still held) are dropped

@@ -149,7 +149,7 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   std::shared_ptr<HttpConnection> connection_;
 
   mutable std::mutex mutex_;
-  bool answered_ = false;   // a response or stream was started
+  bool answered_ = false;  // a response or stream was started
   bool streaming_ = false;
   bool finished_ = false;   // nothing more may be queued
   bool completed_ = false;  // every byte written
@@ -190,8 +190,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  uint16_t port() const;     // the bound port
-  std::string url() const;   // "http://127.0.0.1:30000" (brackets around an IPv6 host)
+  uint16_t port() const;    // the bound port
+  std::string url() const;  // "http://127.0.0.1:30000" (brackets around an IPv6 host)
 
   // Stops accepting, closes idle connections, gives requests in flight up to `drain` to
   // finish their responses, then closes every connection (their on_close callbacks run) and

@@ -31,8 +31,8 @@ nlohmann::json parse_json_body(const std::string& body) {
     throw InvalidRequest("body", std::string("the request body is not valid JSON: ") + e.what());
   }
   if (!parsed.is_object()) {
-    throw InvalidRequest("body", std::string("the request body must be a JSON object, got ") +
-                                     type_name(parsed));
+    throw InvalidRequest(
+        "body", std::string("the request body must be a JSON object, got ") + type_name(parsed));
   }
   return parsed;
 }

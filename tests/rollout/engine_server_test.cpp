@@ -189,9 +189,9 @@ TEST_F(EngineServerTest, GenerateBatchAndSamplesComeInSGLangOrder) {
               expected[i / 2].output_ids);
   }
   // n > 1 on one prompt with temperature: a list of n, reproducible with a seed.
-  json sampled = {{"text", "sample me"},
-                  {"sampling_params",
-                   {{"temperature", 1.0}, {"max_new_tokens", 10}, {"n", 4}, {"seed", 42}}}};
+  json sampled = {
+      {"text", "sample me"},
+      {"sampling_params", {{"temperature", 1.0}, {"max_new_tokens", 10}, {"n", 4}, {"seed", 42}}}};
   HttpReply first = client.post_json("/generate", sampled);
   HttpReply second = client.post_json("/generate", sampled);
   ASSERT_EQ(first.status, 200);
@@ -260,9 +260,8 @@ TEST_F(EngineServerTest, StopStringsEndTheTextInBothApisAndStreams) {
   EXPECT_EQ(reply.json()["meta_info"]["finish_reason"]["type"], "stop");
   EXPECT_EQ(reply.json()["meta_info"]["finish_reason"]["matched"], stop);
 
-  json completion = {{"model", "m"},          {"prompt", prompt},
-                     {"max_tokens", 24},      {"temperature", 0},
-                     {"stop", {stop, "zzzz"}}, {"ignore_eos", true}};
+  json completion = {{"model", "m"},     {"prompt", prompt},       {"max_tokens", 24},
+                     {"temperature", 0}, {"stop", {stop, "zzzz"}}, {"ignore_eos", true}};
   HttpReply whole = client.post_json("/v1/completions", completion);
   ASSERT_EQ(whole.status, 200) << whole.body;
   EXPECT_EQ(whole.json()["choices"][0]["text"], before);
@@ -276,7 +275,8 @@ TEST_F(EngineServerTest, StopStringsEndTheTextInBothApisAndStreams) {
     if (event == "[DONE]") break;
     const json chunk = json::parse(event);
     streamed += chunk["choices"][0]["text"].get<std::string>();
-    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+    if (!chunk["choices"][0]["finish_reason"].is_null())
+      finish = chunk["choices"][0]["finish_reason"];
   }
   EXPECT_EQ(streamed, before);
   EXPECT_EQ(finish, "stop");
@@ -307,7 +307,10 @@ TEST_F(EngineServerTest, OpenAiCompletionsMatchGenerate) {
     EXPECT_LE(logprobs["top_logprobs"][i].size(), 2u);
   }
   // Several prompts and n: choices are prompt-major.
-  body = {{"prompt", {"Once upon", "A"}}, {"max_tokens", 4}, {"temperature", 0}, {"n", 2},
+  body = {{"prompt", {"Once upon", "A"}},
+          {"max_tokens", 4},
+          {"temperature", 0},
+          {"n", 2},
           {"ignore_eos", true}};
   HttpReply multi = client.post_json("/v1/completions", body);
   ASSERT_EQ(multi.status, 200) << multi.body;
@@ -428,8 +431,8 @@ TEST_F(EngineServerTest, ApiKeyIsRequiredExceptForHealth) {
   EXPECT_EQ(client.request("GET", "/v1/models", "", {{"Authorization", "Bearer wrong"}}).status,
             401);
   EXPECT_EQ(client.request("GET", "/get_model_info").status, 401);
-  HttpReply ok = client.post_json("/generate", greedy_body("x", 2),
-                                  {{"Authorization", "Bearer secret-key"}});
+  HttpReply ok =
+      client.post_json("/generate", greedy_body("x", 2), {{"Authorization", "Bearer secret-key"}});
   EXPECT_EQ(ok.status, 200);
   EXPECT_EQ(ok.json()["meta_info"]["completion_tokens"], 2);
 }
@@ -457,9 +460,9 @@ TEST_F(EngineServerTest, BadRequestsName400Fields) {
       {"/generate", "{}", "text"},
       {"/generate", "{\"input_ids\": [1, 99999999]}", "input_ids"},
       {"/generate", "{\"input_ids\": [1, 2.5]}", "input_ids[1]"},
-      {"/generate", "{\"text\": \"hi\", \"sampling_params\": {\"n\": 1e30}}",
-       "sampling_params.n"},
-      {"/generate", "{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 18446744073709551615}}",
+      {"/generate", "{\"text\": \"hi\", \"sampling_params\": {\"n\": 1e30}}", "sampling_params.n"},
+      {"/generate",
+       "{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 18446744073709551615}}",
        "sampling_params.max_new_tokens"},
       {"/generate", "{\"text\": [\"ok\", 3]}", "text[1]"},
       {"/generate", "{\"text\": \"hi\", \"sampling_params\": {\"stop\": [1]}}",

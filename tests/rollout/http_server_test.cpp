@@ -51,9 +51,8 @@ class HttpServerTest : public ::testing::Test {
  protected:
   void start(ServerOptions options = {}) {
     HttpRoutes routes;
-    routes.add("GET", "/health", [](std::shared_ptr<HttpExchange> ex) {
-      ex->respond(200, "text/plain", "ok");
-    });
+    routes.add("GET", "/health",
+               [](std::shared_ptr<HttpExchange> ex) { ex->respond(200, "text/plain", "ok"); });
     routes.add("POST", "/echo", [](std::shared_ptr<HttpExchange> ex) {
       ex->respond(200, "application/octet-stream", ex->body(),
                   {{"X-Path", ex->path()}, {"X-Query", ex->query()}});
@@ -66,9 +65,8 @@ class HttpServerTest : public ::testing::Test {
       }).detach();
     });
     routes.add("GET", "/drop", [](std::shared_ptr<HttpExchange>) {});
-    routes.add("GET", "/throw", [](std::shared_ptr<HttpExchange>) {
-      throw std::runtime_error("handler failure");
-    });
+    routes.add("GET", "/throw",
+               [](std::shared_ptr<HttpExchange>) { throw std::runtime_error("handler failure"); });
     // Never answers; records when the client goes away.
     routes.add("POST", "/hang", [this](std::shared_ptr<HttpExchange> ex) {
       ex->on_close([this] { hang_closed_.set(1); });
@@ -96,12 +94,10 @@ class HttpServerTest : public ::testing::Test {
         stream_ended_.set(1);
       }).detach();
     });
-    routes.add("GET", "/both", [](std::shared_ptr<HttpExchange> ex) {
-      ex->respond(200, "text/plain", "get");
-    });
-    routes.add("POST", "/both", [](std::shared_ptr<HttpExchange> ex) {
-      ex->respond(200, "text/plain", "post");
-    });
+    routes.add("GET", "/both",
+               [](std::shared_ptr<HttpExchange> ex) { ex->respond(200, "text/plain", "get"); });
+    routes.add("POST", "/both",
+               [](std::shared_ptr<HttpExchange> ex) { ex->respond(200, "text/plain", "post"); });
     server_ = std::make_unique<HttpServer>(options, routes.handler());
   }
 
@@ -191,8 +187,9 @@ TEST_F(HttpServerTest, OversizedBodyAndHeadersAreRejected) {
   options.max_body_bytes = 1000;
   options.max_header_bytes = 2000;
   start(options);
-  HttpReply big_body = raw_exchange(
-      port(), "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, 'a'));
+  HttpReply big_body =
+      raw_exchange(port(), "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" +
+                               std::string(5000, 'a'));
   EXPECT_EQ(big_body.status, 413);
   EXPECT_EQ(nlohmann::json::parse(big_body.body)["error"]["code"], 413);
   // A body at the limit is fine.
@@ -202,9 +199,11 @@ TEST_F(HttpServerTest, OversizedBodyAndHeadersAreRejected) {
       port(), "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(4000, 'h') + "\r\n\r\n");
   EXPECT_EQ(big_header.status, 431);
   // A chunked body over the limit, too.
-  HttpReply chunked = raw_exchange(port(),
-                                   "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-                                   "\r\n800\r\n" + std::string(2048, 'c') + "\r\n0\r\n\r\n");
+  HttpReply chunked =
+      raw_exchange(port(),
+                   "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                   "\r\n800\r\n" +
+                       std::string(2048, 'c') + "\r\n0\r\n\r\n");
   EXPECT_EQ(chunked.status, 413);
   EXPECT_EQ(TestHttpClient(port()).request("GET", "/health").status, 200);
 }
@@ -247,9 +246,15 @@ TEST_F(HttpServerTest, RandomBytesNeverStopTheServer) {
     for (int m = 0; m < mutations; ++m) {
       const size_t at = rng() % bytes.size();
       switch (rng() % 3) {
-        case 0: bytes[at] = static_cast<char>(rng() % 256); break;
-        case 1: bytes.erase(at, 1 + rng() % 3); break;
-        default: bytes.insert(at, 1, static_cast<char>(rng() % 256)); break;
+        case 0:
+          bytes[at] = static_cast<char>(rng() % 256);
+          break;
+        case 1:
+          bytes.erase(at, 1 + rng() % 3);
+          break;
+        default:
+          bytes.insert(at, 1, static_cast<char>(rng() % 256));
+          break;
       }
       if (bytes.empty()) bytes = "x";
     }
@@ -294,8 +299,9 @@ TEST_F(HttpServerTest, ExpectContinueGetsA100BeforeTheBodyIsSent) {
   net::io_context io;
   net::ip::tcp::socket socket(io);
   socket.connect({net::ip::make_address("127.0.0.1"), port()});
-  net::write(socket, net::buffer(std::string(
-                         "POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n")));
+  net::write(socket,
+             net::buffer(std::string(
+                 "POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n")));
   testing::test_beast::flat_buffer buffer;
   http::response<http::empty_body> interim;
   http::read(socket, buffer, interim);
@@ -351,8 +357,8 @@ TEST_F(HttpServerTest, ClientLeavingBeforeTheAnswerIsNoticed) {
     testing::test_net::ip::tcp::socket socket(io);
     socket.connect({testing::test_net::ip::make_address("127.0.0.1"), port()});
     testing::test_net::write(
-        socket, testing::test_net::buffer(std::string(
-                    "POST /hang HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")));
+        socket, testing::test_net::buffer(
+                    std::string("POST /hang HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")));
     ASSERT_TRUE(eventually([&] {
       std::lock_guard<std::mutex> lock(mutex_);
       return held_.size() == 1;
@@ -436,9 +442,8 @@ TEST_F(HttpServerTest, StopClosesRequestsThatDoNotFinish) {
 }
 
 TEST(HttpServerOptions, PortInUseIsAClearError) {
-  HttpServer first(ServerOptions{}, [](std::shared_ptr<HttpExchange> ex) {
-    ex->respond(200, "text/plain", "");
-  });
+  HttpServer first(ServerOptions{},
+                   [](std::shared_ptr<HttpExchange> ex) { ex->respond(200, "text/plain", ""); });
   ServerOptions options;
   options.port = first.port();
   try {

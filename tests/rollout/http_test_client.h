@@ -11,7 +11,6 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
-
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -72,7 +71,8 @@ class TestHttpClient {
     test_http::response_parser<test_http::string_body> parser;
     parser.body_limit(1ull << 30);
     stream_.expires_after(timeout_);
-    throw_if(run_io(io_, [&](auto handler) { test_http::async_read(stream_, buffer_, parser, handler); }));
+    throw_if(run_io(
+        io_, [&](auto handler) { test_http::async_read(stream_, buffer_, parser, handler); }));
     return to_reply(parser.get());
   }
 
@@ -177,11 +177,11 @@ class TestHttpClient {
   int stream_status_ = 0;
   std::string events_text_;
   std::function<size_t(std::uint64_t, test_beast::string_view, test_beast::error_code&)>
-      chunk_body_callback_ = [this](std::uint64_t, test_beast::string_view body,
-                                    test_beast::error_code&) {
-        events_text_.append(body.data(), body.size());
-        return body.size();
-      };
+      chunk_body_callback_ =
+          [this](std::uint64_t, test_beast::string_view body, test_beast::error_code&) {
+            events_text_.append(body.data(), body.size());
+            return body.size();
+          };
 };
 
 // Sends raw bytes on a fresh connection and reads one response. status 0: the server closed
@@ -195,7 +195,8 @@ inline HttpReply raw_exchange(uint16_t port, const std::string& bytes,
   throw_if(run_io(io, [&](auto handler) { stream.async_connect(endpoint, handler); }));
   // A write error means the server closed early; its answer may still be readable.
   stream.expires_after(wait);
-  run_io(io, [&](auto handler) { test_net::async_write(stream, test_net::buffer(bytes), handler); });
+  run_io(io,
+         [&](auto handler) { test_net::async_write(stream, test_net::buffer(bytes), handler); });
   HttpReply reply;
   test_beast::flat_buffer buffer;
   test_http::response_parser<test_http::string_body> parser;

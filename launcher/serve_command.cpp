@@ -1,0 +1,129 @@
+#include "launcher/serve_command.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "core/error.h"
+#include "rollout/engine.h"
+#include "rollout/engine_server.h"
+
+namespace ooze::launcher {
+namespace {
+
+const char* kUsage =
+    "usage: ooze serve --model DIR [--host 127.0.0.1] [--port 30000] [--api-key KEY]\n"
+    "                  [--max-running-requests N] [--kv-cache-blocks N] [--kv-cache-memory-mb MB]\n"
+    "                  [--block-size N] [--chunked-prefill-size N] [--disable-prefix-caching]\n"
+    "                  [--dtype auto|float32|bfloat16] [--device cpu|cuda[:N]]\n"
+    "                  [--served-model-name NAME] [--threads N] [--http-threads N] [--seed N]\n"
+    "                  [--config FILE]\n"
+    "serves the model over HTTP: /generate (SGLang), /v1/completions, /v1/chat/completions,\n"
+    "/v1/models (OpenAI), /health and the engine's controls; see docs/serving.md\n";
+
+ConfigSchema build_schema() {
+  ConfigSchema schema;
+  schema.section("serve");
+  schema.add_string("model", "", "Hugging Face model directory (config, weights, tokenizer).")
+      .required();
+  schema.add_string("served_model_name", "", "Name /v1/models reports; the model path if empty.");
+  schema.add_string("host", "127.0.0.1", "Address to listen on (0.0.0.0: every interface).");
+  schema.add_int("port", 30000, "Port to listen on (0: any free port).").min(0).max(65535);
+  schema.add_string("api_key", "",
+                    "Clients must send 'Authorization: Bearer KEY' (all paths but GET /health).");
+  schema.add_int("http_threads", 2, "Threads parsing and writing HTTP.").min(1).max(64);
+  schema.add_int("max_body_mb", 64, "Largest request body accepted (413 above).").min(1);
+  schema
+      .add_double("shutdown_grace_s", 5.0,
+                  "On SIGINT/SIGTERM, seconds to write out the answers of aborted requests.")
+      .min(0);
+  schema.section("engine");
+  schema.add_enum("dtype", {"auto", "float32", "bfloat16"}, "auto",
+                  "Weights and activations; auto: config.json's torch_dtype.");
+  schema.add_string("device", "cpu", "cpu, cuda or cuda:N.");
+  schema.add_int("max_running_requests", 64, "Sequences decoding at once.").min(1);
+  schema.add_int("kv_cache_blocks", 0, "KV-cache blocks; 0: as many as kv_cache_memory_mb holds.")
+      .min(0);
+  schema.add_int("kv_cache_memory_mb", 1024, "KV-cache memory when kv_cache_blocks is 0.").min(1);
+  schema.add_int("block_size", 16, "Tokens per KV-cache block.").min(1);
+  schema.add_int("chunked_prefill_size", 2048, "Prompt tokens computed per step, at most.").min(1);
+  schema.add_bool("disable_prefix_caching", false,
+                  "Compute every prompt in full instead of reusing cached prefixes.");
+  schema.add_int("threads", 0, "Intra-op CPU threads for the forward; 0: LibTorch's default.")
+      .min(0);
+  schema.add_int("seed", 0, "Seeds requests that give no seed; 0: random.").min(0);
+  return schema;
+}
+
+}  // namespace
+
+const ConfigSchema& serve_schema() {
+  static const ConfigSchema schema = build_schema();
+  return schema;
+}
+
+int run_serve_command(const std::vector<std::string>& args) {
+  const std::optional<Config> config = load_config_from_command_line(serve_schema(), args);
+  if (!config) {
+    std::cout << kUsage << "\n" << serve_schema().help();
+    return 0;
+  }
+  rollout::EngineOptions engine_options;
+  engine_options.model_dir = config->get<std::string>("model");
+  engine_options.served_model_name = config->get<std::string>("served_model_name");
+  engine_options.dtype = config->get<std::string>("dtype");
+  engine_options.device = config->get<std::string>("device");
+  engine_options.max_running_requests = config->get<int64_t>("max_running_requests");
+  engine_options.kv_cache_blocks = config->get<int64_t>("kv_cache_blocks");
+  engine_options.kv_cache_memory_mb = config->get<int64_t>("kv_cache_memory_mb");
+  engine_options.block_size = config->get<int64_t>("block_size");
+  engine_options.chunked_prefill_size = config->get<int64_t>("chunked_prefill_size");
+  engine_options.enable_prefix_caching = !config->get<bool>("disable_prefix_caching");
+  engine_options.intra_op_threads = static_cast<int>(config->get<int64_t>("threads"));
+  engine_options.seed = config->get<int64_t>("seed");
+
+  rollout::ServerOptions server_options;
+  server_options.host = config->get<std::string>("host");
+  server_options.port = static_cast<uint16_t>(config->get<int64_t>("port"));
+  server_options.api_key = config->get<std::string>("api_key");
+  server_options.threads = static_cast<int>(config->get<int64_t>("http_threads"));
+  server_options.max_body_bytes = static_cast<size_t>(config->get<int64_t>("max_body_mb")) << 20;
+  const auto grace = std::chrono::milliseconds(
+      static_cast<int64_t>(config->get<double>("shutdown_grace_s") * 1000));
+
+  // Block the stop signals before any thread starts: every thread inherits the mask, and
+  // sigwait below is the one place that receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  rollout::Engine engine(engine_options);
+  rollout::EngineServer server(engine, server_options);
+  const rollout::EngineInfo& info = engine.info();
+  std::cout << "ooze serve: " << info.served_model_name << " (" << info.dtype << ", " << info.device
+            << ", " << info.num_blocks << " KV blocks of " << info.block_size << " tokens, context "
+            << info.context_length << ")\n"
+            << "ooze serve: listening on " << server.url() << std::endl;
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  std::cout << "ooze serve: " << (signal == SIGINT ? "SIGINT" : "SIGTERM")
+            << ": stopping (aborting requests in flight)" << std::endl;
+  // Stop listening first, then abort what runs, so every client gets its (partial) answer while
+  // the server drains; abort again until the drain ends, for requests that slipped in between.
+  std::thread stopper([&] { server.stop(grace); });
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  do {
+    engine.abort_all();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (server.requests_in_flight() > 0 && std::chrono::steady_clock::now() < deadline);
+  stopper.join();
+  std::cout << "ooze serve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace ooze::launcher

@@ -1,0 +1,90 @@
+// `ooze serve` as a real process: it prints its URL once it answers, serves with an API key, and
+// on SIGTERM aborts what is generating (the client gets its partial answer) and exits 0.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+#include "tests/rollout/http_test_client.h"
+#include "tests/rollout/tiny_model.h"
+#include "tests/support/process.h"
+
+namespace ooze::launcher {
+namespace {
+
+using nlohmann::json;
+using rollout::testing::TestHttpClient;
+
+std::string ooze_program() { return ::ooze::testing::build_path("launcher/ooze"); }
+
+// The port of the "listening on http://HOST:PORT" line, once printed (0 until then).
+int wait_for_port(const ::ooze::testing::Process& process, std::chrono::seconds limit) {
+  const std::regex line("listening on http://[^:]+:([0-9]+)");
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::smatch match;
+    const std::string output = process.output();
+    if (std::regex_search(output, match, line)) return std::stoi(match[1]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
+
+TEST(ServeCommand, ServesUntilSigtermThenAbortsAndExitsZero) {
+  if (!std::filesystem::exists(ooze_program())) {
+    GTEST_SKIP() << ooze_program() << " is not built (ninja -C build ooze)";
+  }
+  const std::string dir = ::ooze::testing::make_temp_dir("serve");
+  ::ooze::testing::Process serve(
+      {ooze_program(), "serve", "--model", rollout::testing::tiny_model_dir(), "--port", "0",
+       "--kv-cache-blocks", "512", "--threads", "1", "--api-key", "serve-key",
+       "--served-model-name", "tiny"},
+      {{"OMP_NUM_THREADS", "1"}}, dir + "/serve.log");
+  const int port = wait_for_port(serve, std::chrono::seconds(60));
+  ASSERT_GT(port, 0) << serve.output();
+  const uint16_t server_port = static_cast<uint16_t>(port);
+  const rollout::testing::TestHeaders auth = {{"Authorization", "Bearer serve-key"}};
+
+  TestHttpClient client(server_port);
+  EXPECT_EQ(client.request("GET", "/health").status, 200);
+  EXPECT_EQ(client.request("GET", "/v1/models").status, 401);
+  EXPECT_EQ(client.request("GET", "/v1/models", "", auth).json()["data"][0]["id"], "tiny");
+  const json greedy = {{"text", "hello"},
+                       {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 4}}}};
+  rollout::testing::HttpReply reply = client.post_json("/generate", greedy, auth);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(reply.json()["meta_info"]["completion_tokens"], 4);
+
+  // A long stream is running when SIGTERM arrives: it ends with an abort, then [DONE].
+  json long_stream = {{"text", "a long one"},
+                      {"sampling_params", {{"max_new_tokens", 6000}, {"ignore_eos", true}}},
+                      {"stream", true}};
+  TestHttpClient streaming(server_port);
+  streaming.start_stream("/generate", long_stream, auth);
+  ASSERT_TRUE(streaming.next_event().has_value());
+  serve.kill(SIGTERM);
+  std::vector<std::string> rest = streaming.rest_of_stream();
+  ASSERT_GE(rest.size(), 2u) << serve.output();
+  EXPECT_EQ(rest.back(), "[DONE]");
+  EXPECT_EQ(json::parse(rest[rest.size() - 2])["meta_info"]["finish_reason"]["type"], "abort");
+
+  const ::ooze::testing::ExitStatus status = serve.wait(std::chrono::seconds(30));
+  EXPECT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << serve.output();
+  EXPECT_NE(serve.output().find("ooze serve: stopped"), std::string::npos) << serve.output();
+}
+
+TEST(ServeCommand, MissingModelIsAnError) {
+  if (!std::filesystem::exists(ooze_program())) {
+    GTEST_SKIP() << ooze_program() << " is not built (ninja -C build ooze)";
+  }
+  const std::string dir = ::ooze::testing::make_temp_dir("serve-bad");
+  ::ooze::testing::Process serve({ooze_program(), "serve", "--port", "0"}, {}, dir + "/serve.log");
+  const ::ooze::testing::ExitStatus status = serve.wait(std::chrono::seconds(30));
+  EXPECT_TRUE(status.exited && status.code != 0) << status.describe();
+  EXPECT_NE(serve.output().find("model"), std::string::npos) << serve.output();
+}
+
+}  // namespace
+}  // namespace ooze::launcher
