@@ -1,5 +1,8 @@
 #include "rollout/router_server.h"
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -10,6 +13,10 @@ namespace ooze::rollout {
 using nlohmann::json;
 
 namespace {
+
+// How long stopping waits for forwarded requests still waiting for their engines; the threads
+// of any left finish on their own (they share the Router).
+constexpr std::chrono::seconds kShutdownWait(10);
 
 // An engine's answer as JSON when it is JSON, else as the text it was.
 json as_json(const std::string& body) {
@@ -23,16 +30,31 @@ std::string error_event(const std::string& message, int code) {
 
 }  // namespace
 
+// The Router and the count of forwarded requests in flight, owned jointly by the server and
+// the threads that wait for engines, so a thread may outlive the server.
+struct RouterServer::Shared {
+  explicit Shared(const RouterOptions& options) : router(options) {}
+  Router router;
+  std::mutex mutex;
+  std::condition_variable idle;
+  int64_t in_flight = 0;
+};
+
 RouterServer::RouterServer(RouterServerOptions options)
-    : options_(std::move(options)), router_(std::make_unique<Router>(options_.router)) {
+    : options_(std::move(options)), shared_(std::make_shared<Shared>(options_.router)) {
   server_ = std::make_unique<HttpServer>(options_.server, routes().handler());
 }
 
 RouterServer::~RouterServer() {
   server_->stop();
-  std::unique_lock<std::mutex> lock(workers_mutex_);
-  workers_done_.wait(lock, [this] { return workers_ == 0; });
+  std::unique_lock<std::mutex> lock(shared_->mutex);
+  if (!shared_->idle.wait_for(lock, kShutdownWait, [this] { return shared_->in_flight == 0; })) {
+    OOZE_LOG(WARN) << "router: stopping with " << shared_->in_flight
+                   << " forwarded requests still waiting for their engines";
+  }
 }
+
+Router& RouterServer::router() { return shared_->router; }
 
 HttpRoutes RouterServer::routes() {
   HttpRoutes routes;
@@ -55,20 +77,20 @@ HttpRoutes RouterServer::routes() {
   return routes;
 }
 
-void RouterServer::run_detached(std::function<void()> work) {
+void RouterServer::run_detached(std::function<void(Router&)> work) {
   {
-    std::lock_guard<std::mutex> lock(workers_mutex_);
-    ++workers_;
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    ++shared_->in_flight;
   }
-  std::thread([this, work = std::move(work)] {
+  std::thread([shared = shared_, work = std::move(work)] {
     try {
-      work();
+      work(shared->router);
     } catch (const std::exception& e) {
       OOZE_LOG(ERROR) << "router: " << e.what();
     }
-    std::lock_guard<std::mutex> lock(workers_mutex_);
-    --workers_;
-    workers_done_.notify_all();
+    std::lock_guard<std::mutex> lock(shared->mutex);
+    --shared->in_flight;
+    shared->idle.notify_all();
   }).detach();
 }
 
@@ -85,14 +107,14 @@ void RouterServer::forward(const std::shared_ptr<HttpExchange>& exchange) {
   const auto stream_field = body.find("stream");
   const bool stream =
       stream_field != body.end() && stream_field->is_boolean() && stream_field->get<bool>();
-  run_detached([this, exchange, body = std::move(body), route, stream] {
+  run_detached([exchange, body = std::move(body), route, stream](Router& router) {
     bool started = false;  // the relayed stream's headers went out
     try {
       RoutedResponse routed;
       if (!stream) {
-        routed = router_->forward(exchange->path(), body, route);
+        routed = router.forward(exchange->path(), body, route);
       } else {
-        routed = router_->forward_streaming(
+        routed = router.forward_streaming(
             exchange->path(), body,
             [&](const SseEvent& event) {
               started = true;
@@ -130,9 +152,9 @@ void RouterServer::forward(const std::shared_ptr<HttpExchange>& exchange) {
 }
 
 void RouterServer::get_from_any(const std::shared_ptr<HttpExchange>& exchange) {
-  run_detached([this, exchange] {
+  run_detached([exchange](Router& router) {
     try {
-      const RoutedResponse routed = router_->get_from_any(exchange->target());
+      const RoutedResponse routed = router.get_from_any(exchange->target());
       const HttpResponse& response = routed.response;
       exchange->respond(response.status,
                         response.content_type.empty() ? "application/json" : response.content_type,
@@ -155,8 +177,8 @@ void RouterServer::broadcast(const std::shared_ptr<HttpExchange>& exchange) {
       return;
     }
   }
-  run_detached([this, exchange, body = std::move(body)] {
-    const std::vector<BroadcastResult> results = router_->broadcast(exchange->path(), body);
+  run_detached([exchange, body = std::move(body)](Router& router) {
+    const std::vector<BroadcastResult> results = router.broadcast(exchange->path(), body);
     json engines = json::array();
     bool all_ok = true;
     for (const BroadcastResult& result : results) {
@@ -172,7 +194,7 @@ void RouterServer::broadcast(const std::shared_ptr<HttpExchange>& exchange) {
 void RouterServer::health(const std::shared_ptr<HttpExchange>& exchange) {
   std::vector<std::string> alive;
   std::string out;
-  for (const EngineStatus& engine : router_->engines()) {
+  for (const EngineStatus& engine : shared_->router.engines()) {
     if (engine.alive) {
       alive.push_back(engine.url);
     } else {
@@ -190,7 +212,7 @@ void RouterServer::health(const std::shared_ptr<HttpExchange>& exchange) {
 
 void RouterServer::list_engines(const std::shared_ptr<HttpExchange>& exchange) {
   json engines = json::array();
-  for (const EngineStatus& engine : router_->engines()) {
+  for (const EngineStatus& engine : shared_->router.engines()) {
     engines.push_back({{"url", engine.url},
                        {"alive", engine.alive},
                        {"outstanding", engine.outstanding},

@@ -27,9 +27,8 @@
 // engine sees its connection close.
 #pragma once
 
-#include <condition_variable>
+#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "rollout/http_server.h"
@@ -49,14 +48,15 @@ class RouterServer {
   // Starts the Router (one health check of every engine) and listens. Throws ConfigError for
   // bad engine URLs, ServerError when the address cannot be bound.
   explicit RouterServer(RouterServerOptions options);
-  // Stops listening and waits for forwarded requests still waiting for their engines.
+  // Stops listening and waits (up to 10 s) for forwarded requests still waiting for their
+  // engines; a request whose engine hangs longer finishes on its own thread later.
   ~RouterServer();
   RouterServer(const RouterServer&) = delete;
   RouterServer& operator=(const RouterServer&) = delete;
 
   std::string url() const { return server_->url(); }
   uint16_t port() const { return server_->port(); }
-  Router& router() { return *router_; }
+  Router& router();
 
  private:
   HttpRoutes routes();
@@ -65,14 +65,12 @@ class RouterServer {
   void broadcast(const std::shared_ptr<HttpExchange>& exchange);
   void health(const std::shared_ptr<HttpExchange>& exchange);
   void list_engines(const std::shared_ptr<HttpExchange>& exchange);
+  struct Shared;
   // Runs `work` on a thread of its own, counted so the destructor can wait for it.
-  void run_detached(std::function<void()> work);
+  void run_detached(std::function<void(Router&)> work);
 
   RouterServerOptions options_;
-  std::unique_ptr<Router> router_;
-  std::mutex workers_mutex_;
-  std::condition_variable workers_done_;
-  int64_t workers_ = 0;
+  std::shared_ptr<Shared> shared_;
   std::unique_ptr<HttpServer> server_;  // last: it calls into the members above
 };
 
