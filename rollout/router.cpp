@@ -241,10 +241,11 @@ RoutedResponse Router::route(const json& body, const RouteOptions& options, cons
       }
       if (slow) throw EngineFailedError(engine.url, last_failure);
       if (!options.retry) {
-        throw EngineFailedError(engine.url,
-                                last_failure +
-                                    "; it is out of the rotation until its /health answers again "
-                                    "(allow retries to send such requests to another engine)");
+        throw EngineFailedError(
+            engine.url, last_failure +
+                            "; it is out of the rotation until its /health answers again "
+                            "(RouteOptions::retry, or `ooze router --retry-on-engine-failure`, "
+                            "sends such requests to another engine)");
       }
       OOZE_LOG(WARN) << "router: " << last_failure << "; retrying on another engine";
       failed.push_back(index);
