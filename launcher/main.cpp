@@ -11,6 +11,8 @@
 #include "launcher/foundation_demo.h"
 #include "launcher/foundation_demo_config.h"
 #include "launcher/model_init_command.h"
+#include "launcher/router_command.h"
+#include "launcher/serve_command.h"
 #include "launcher/sft_demo.h"
 #include "launcher/tokenize_command.h"
 
@@ -28,6 +30,10 @@ const char* kUsage =
     "                 write a randomly initialised model in Hugging Face layout\n"
     "  tokenize --tokenizer DIR [--chat-template [NAME]] [--decode]\n"
     "                 JSON lines on stdin ({\"text\"} or {\"messages\"}) -> {\"ids\"} on stdout\n"
+    "  serve --model DIR [--host 127.0.0.1] [--port 30000] [--api-key KEY] [--help]\n"
+    "                 serve a rollout engine over HTTP (SGLang's /generate and the OpenAI API)\n"
+    "  router --engine URL [--engine URL ...] [--port 30001] [--help]\n"
+    "                 balance requests over several engine servers\n"
     "  start --head [--host IP] [--port P] | start --address HEAD_IP:PORT [--token T]\n"
     "                 start the cluster's head (with a node), or a node joining it\n"
     "  status [--address HEAD_IP:PORT]\n"
@@ -82,6 +88,8 @@ int main(int argc, char** argv) {
     if (command == "model") return ooze::launcher::run_model_command(rest);
     if (command == "tokenize") return ooze::launcher::run_tokenize_command(rest);
     if (command == "sft-demo") return ooze::launcher::run_sft_demo(rest);
+    if (command == "serve") return ooze::launcher::run_serve_command(rest);
+    if (command == "router") return ooze::launcher::run_router_command(rest);
     if (command == "start") return ooze::launcher::run_start_command(rest);
     if (command == "status") return ooze::launcher::run_status_command(rest);
     if (command == "stop") return ooze::launcher::run_stop_command(rest);
