@@ -191,7 +191,8 @@ HttpResponse HttpClient::exchange(const HttpRequest& request, const SseEventHand
 
   // A kept connection may have been closed by the server while idle; that shows as a failed
   // send or a read that ends before any byte of the response. Only then is the request sent
-  // again, once, on a fresh connection: the server cannot have acted on it.
+  // again, once, on a fresh connection (a server that closes an idle connection has not read
+  // the request; one that died with it fails the fresh connect as well).
   for (int attempt = 0;; ++attempt) {
     bool reused = false;
     std::unique_ptr<Connection> connection =

@@ -1,7 +1,9 @@
 // The router in front of several engine servers (`ooze serve`), in the mould of SGLang's
 // router; usable in-process by the RL loop and served over HTTP by RouterServer.
 //
-//   Router router({.engine_urls = {"http://127.0.0.1:30000", "http://127.0.0.1:30001"}});
+//   RouterOptions options;
+//   options.engine_urls = {"http://127.0.0.1:30000", "http://127.0.0.1:30001"};
+//   Router router(options);
 //   nlohmann::json out = router.generate({{"text", "1 + 1 ="},
 //                                         {"sampling_params", {{"max_new_tokens", 8}}}});
 //
