@@ -206,7 +206,8 @@ Engine::Loop::Loop(EngineOptions options)
   info_.model_path = options_.model_dir;
   info_.served_model_name =
       options_.served_model_name.empty() ? options_.model_dir : options_.served_model_name;
-  info_.dtype = c10::toString(dtype_);
+  info_.dtype = dtype_ == torch::kBFloat16 ? "bfloat16" : dtype_ == torch::kFloat ? "float32"
+                                                                               : "float16";
   info_.device = device_.str();
   info_.vocab_size = config_.vocab_size;
   info_.context_length = config_.max_position_embeddings;
