@@ -1,7 +1,8 @@
 // Forward and decode speed of a ~20M-parameter Qwen3-shaped model on this machine's CPU.
 //
 //   forward: one packed batch of T = 4096 tokens (8 sequences of 512), tokens/s
-//   decode:  batch 1, 16 and 64, each sequence prefilled with a 64-token prompt, then 32 steps
+//   decode:  batch 1, 16 and 64, each sequence prefilled with a 64-token prompt, then 32 steps,
+//            through the paged KV cache (KVCache::plan_step + forward_cached)
 //
 // Each line's `ratio` compares the FLOP rate the model reaches (2 * matmul parameters per token
 // plus attention) with the FLOP rate of a plain fp32 matmul of the model's own shapes measured
@@ -12,12 +13,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 #include "models/kv_cache.h"
 #include "models/transformer.h"
 
 using Clock = std::chrono::steady_clock;
+namespace models = ooze::models;
 using ooze::models::KVCache;
 using ooze::models::ModelConfig;
 using ooze::models::TransformerModel;
@@ -107,17 +110,29 @@ int main() {
   }
 
   for (int64_t batch : {1, 16, 64}) {  // decode
-    const int64_t prompt = 64, steps = 32;
-    KVCache cache(config, batch, prompt + steps + 1, torch::kFloat);
-    std::vector<int64_t> slot_ids;
-    for (int64_t i = 0; i < batch; ++i) slot_ids.push_back(cache.allocate());
-    torch::Tensor slots = torch::tensor(slot_ids, torch::kLong);
+    const int64_t prompt = 64, steps = 32, block_size = 16;
+    // Each sequence owns the consecutive blocks that hold its prompt and every decoded token.
+    const int64_t blocks_per_sequence = (prompt + steps + block_size - 1) / block_size;
+    KVCache cache(config, batch * blocks_per_sequence, block_size, torch::kFloat);
+    std::vector<std::vector<int64_t>> tables(batch);
+    for (int64_t i = 0; i < batch; ++i) {
+      for (int64_t b = 0; b < blocks_per_sequence; ++b) {
+        tables[i].push_back(i * blocks_per_sequence + b);
+      }
+    }
     torch::Tensor prompts = torch::randint(config.vocab_size, {batch * prompt}, torch::kLong);
-    torch::Tensor cu_seqlens = torch::arange(0, batch * prompt + 1, prompt, torch::kLong);
-    torch::Tensor next = model->forward_prefill(prompts, cu_seqlens, slots, cache).argmax(-1);
+    models::CacheStep prefill = cache.plan_step(tables, std::vector<int64_t>(batch, 0),
+                                                std::vector<int64_t>(batch, prompt));
+    torch::Tensor last_rows = torch::arange(prompt - 1, batch * prompt, prompt, torch::kLong);
+    torch::Tensor next =
+        model->logits(model->forward_cached(prompts, prefill, cache).index_select(0, last_rows))
+            .argmax(-1);
     auto start = Clock::now();
     for (int64_t step = 0; step < steps; ++step) {
-      next = model->forward_decode(next, slots, cache).argmax(-1);
+      // Planning is part of every decode step's cost, as in the engine.
+      models::CacheStep decode = cache.plan_step(tables, std::vector<int64_t>(batch, prompt + step),
+                                                 std::vector<int64_t>(batch, 1));
+      next = model->logits(model->forward_cached(next, decode, cache)).argmax(-1);
     }
     double seconds = seconds_since(start);
     double context = prompt + steps / 2.0;  // mean attended length
