@@ -18,10 +18,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -44,6 +40,7 @@
 #include "models/transformer.h"
 #include "rollout/engine.h"
 #include "rollout/engine_server.h"
+#include "rollout/http_client.h"
 #include "rollout/http_server.h"
 
 using Clock = std::chrono::steady_clock;
@@ -455,37 +452,6 @@ void bench_prefix_sharing(const BenchModel& model, int threads) {
              shared.cache_hit_rate / best_hit_rate);
 }
 
-// One keep-alive HTTP/1.1 connection to the engine server, as a client library keeps one.
-class KeepAliveClient {
- public:
-  explicit KeepAliveClient(uint16_t port) : stream_(io_) {
-    boost::asio::ip::tcp::resolver resolver(io_);
-    stream_.connect(resolver.resolve("127.0.0.1", std::to_string(port)));
-  }
-  nlohmann::json post(const std::string& target, const nlohmann::json& body) {
-    namespace http = boost::beast::http;
-    http::request<http::string_body> request{http::verb::post, target, 11};
-    request.set(http::field::host, "127.0.0.1");
-    request.set(http::field::content_type, "application/json");
-    request.keep_alive(true);
-    request.body() = body.dump();
-    request.prepare_payload();
-    http::write(stream_, request);
-    http::response<http::string_body> response;
-    http::read(stream_, buffer_, response);
-    if (response.result_int() != 200) {
-      throw ooze::Error("rollout_bench: POST " + target + " answered " +
-                        std::to_string(response.result_int()) + ": " + response.body());
-    }
-    return nlohmann::json::parse(response.body());
-  }
-
- private:
-  boost::asio::io_context io_;
-  boost::beast::tcp_stream stream_;
-  boost::beast::flat_buffer buffer_;  // kept: bytes of a next response may follow
-};
-
 // Runs `requests` split over `clients` threads, each sending its share one after another
 // through its own sender from make_sender (a sender returns the output's token count); returns
 // the wall seconds.
@@ -541,14 +507,24 @@ void bench_http_overhead(const BenchModel& model, int threads) {
     };
   };
   auto over_http = [&] {
-    auto client = std::make_shared<KeepAliveClient>(server.port());
+    // One keep-alive connection per client thread, as a client library keeps one.
+    auto client = std::make_shared<rollout::HttpClient>(server.url());
     return [client](const rollout::GenerateRequest& request) {
       const nlohmann::json body = {{"input_ids", request.input_ids},
                                    {"sampling_params",
                                     {{"temperature", request.sampling.temperature},
                                      {"max_new_tokens", request.sampling.max_new_tokens},
                                      {"ignore_eos", request.sampling.ignore_eos}}}};
-      const nlohmann::json reply = client->post("/generate", body);
+      rollout::HttpRequest post;
+      post.method = "POST";
+      post.target = "/generate";
+      post.body = body.dump();
+      const rollout::HttpResponse response = client->send(post);
+      if (!response.ok()) {
+        throw ooze::Error("rollout_bench: POST /generate answered " +
+                          std::to_string(response.status) + ": " + response.body);
+      }
+      const nlohmann::json reply = nlohmann::json::parse(response.body);
       return reply.at("meta_info").at("completion_tokens").get<int64_t>();
     };
   };
