@@ -469,6 +469,7 @@ void Engine::Loop::append_token(Sequence& sequence, int64_t token, float logprob
     output.weight_versions.push_back(weight_version_);
   }
   output.weight_version = weight_version_;
+  output.output_weight_versions.push_back(weight_version_);
 
   std::optional<StopMatch> stop = sequence.text->append(token);
   if (!stop && static_cast<int64_t>(sequence.tokens.size()) >= info_.context_length) {

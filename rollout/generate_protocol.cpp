@@ -217,7 +217,13 @@ nlohmann::json generate_output_json(const GenerateCall& call, size_t request_ind
                          {"prompt_tokens", output.prompt_tokens},
                          {"completion_tokens", output.completion_tokens()},
                          {"cached_tokens", output.cached_tokens},
-                         {"weight_version", output.weight_version}};
+                         {"weight_version", output.weight_version},
+                         {"weight_versions", output.weight_versions}};
+  // Tokens sampled under more than one version (the request was kept through a weight
+  // update): the version of every output token, in order.
+  if (output.weight_versions.size() > 1) {
+    meta["output_token_weight_versions"] = output.output_weight_versions;
+  }
   if (request.return_logprob) {
     meta["output_token_logprobs"] = logprob_triples(output.output_logprobs, output.output_ids,
                                                     call.return_text_in_logprobs, tokenizer);

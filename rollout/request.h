@@ -58,6 +58,9 @@ struct GenerateOutput {
   // (more than one when weights were updated while the request was paused and kept).
   int64_t weight_version = 0;
   std::vector<int64_t> weight_versions;
+  // The weight version that sampled each of output_ids: what lets the trainer correct for
+  // staleness token by token when a request outlived a weight update.
+  std::vector<int64_t> output_weight_versions;
   int64_t completion_tokens() const { return static_cast<int64_t>(output_ids.size()); }
 };
 

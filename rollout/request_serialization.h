@@ -60,7 +60,8 @@ void save(Archive& ar, const GenerateOutput& output) {
   ar(output.request_id, output.index, output.output_ids, output.text, output.output_logprobs,
      output.top_logprobs, output.finished, static_cast<int32_t>(output.finish_reason),
      output.matched_stop, output.matched_token, output.abort_message, output.prompt_tokens,
-     output.cached_tokens, output.weight_version, output.weight_versions);
+     output.cached_tokens, output.weight_version, output.weight_versions,
+     output.output_weight_versions);
 }
 
 template <class Archive>
@@ -69,7 +70,7 @@ void load(Archive& ar, GenerateOutput& output) {
   ar(output.request_id, output.index, output.output_ids, output.text, output.output_logprobs,
      output.top_logprobs, output.finished, finish_reason, output.matched_stop, output.matched_token,
      output.abort_message, output.prompt_tokens, output.cached_tokens, output.weight_version,
-     output.weight_versions);
+     output.weight_versions, output.output_weight_versions);
   output.finish_reason = detail::finish_reason_from_code(finish_reason);
 }
 

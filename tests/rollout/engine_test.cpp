@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -55,9 +56,11 @@ class EngineTest : public ::testing::Test {
     std::vector<int64_t> out;
     for (int64_t k = 0; k < steps; ++k) {
       const int64_t n = static_cast<int64_t>(ids.size());
-      torch::Tensor hidden = (*reference_)->forward(
-          torch::tensor(ids, torch::kLong), torch::arange(n, torch::kLong),
-          torch::tensor(std::vector<int32_t>{0, static_cast<int32_t>(n)}, torch::kInt));
+      torch::Tensor hidden =
+          (*reference_)
+              ->forward(
+                  torch::tensor(ids, torch::kLong), torch::arange(n, torch::kLong),
+                  torch::tensor(std::vector<int32_t>{0, static_cast<int32_t>(n)}, torch::kInt));
       const int64_t next = (*reference_)->logits(hidden[n - 1]).argmax().item<int64_t>();
       out.push_back(next);
       ids.push_back(next);
@@ -186,9 +189,10 @@ TEST_F(EngineTest, LogProbsMatchTheTrainersComputationAtTheSameTemperature) {
     all.insert(all.end(), out.output_ids.begin(), out.output_ids.end());
     const int64_t n = static_cast<int64_t>(all.size()), p = 21;
     torch::NoGradGuard no_grad;
-    torch::Tensor hidden = (*reference_)->forward(
-        torch::tensor(all, torch::kLong), torch::arange(n, torch::kLong),
-        torch::tensor(std::vector<int32_t>{0, static_cast<int32_t>(n)}, torch::kInt));
+    torch::Tensor hidden =
+        (*reference_)
+            ->forward(torch::tensor(all, torch::kLong), torch::arange(n, torch::kLong),
+                      torch::tensor(std::vector<int32_t>{0, static_cast<int32_t>(n)}, torch::kInt));
     // Position i predicts token i + 1: the outputs are predicted by positions p-1 .. n-2.
     torch::Tensor targets = torch::tensor(out.output_ids, torch::kLong);
     models::TokenLogProbs expected = models::compute_token_log_probs(
@@ -333,8 +337,7 @@ TEST_F(EngineTest, EosFromGenerationConfigFinishesUnlessIgnored) {
   const fs::path copy = fs::path(*dir_ + "-eos");
   fs::remove_all(copy);
   fs::copy(*dir_, copy);
-  std::ofstream(copy / "generation_config.json")
-      << "{\"eos_token_id\": [258, " << eos << "]}";
+  std::ofstream(copy / "generation_config.json") << "{\"eos_token_id\": [258, " << eos << "]}";
   EngineOptions o = options();
   o.model_dir = copy.string();
   Engine engine(o);
@@ -448,6 +451,37 @@ TEST_F(EngineTest, SleepAndWakeKeepRequestsAndResults) {
   expect_all_blocks_free(engine);
 }
 
+TEST_F(EngineTest, RequestKeptThroughAWeightUpdateRecordsTheVersionOfEveryToken) {
+  Engine engine(options());
+  GenerateRequest r = greedy(prompt(9, 2), 40);
+  r.stream = true;
+  std::atomic<int64_t> streamed{0};
+  std::promise<GenerateOutput> done;
+  engine.submit(r, [&](const GenerateOutput& out) {
+    if (out.finished) done.set_value(out);
+    streamed = static_cast<int64_t>(out.output_ids.size());
+  });
+  while (streamed < 3) std::this_thread::sleep_for(100us);
+  engine.pause_generation(/*abort_in_flight=*/false);
+  const int64_t before_update = engine.stats().generated_tokens;
+  std::vector<std::pair<std::string, at::Tensor>> same;
+  for (auto& item : (*reference_)->named_parameters()) {
+    same.emplace_back(item.key(), item.value().detach().clone());
+  }
+  engine.load_weights(same, /*new_version=*/4);
+  engine.continue_generation();
+  GenerateOutput out = done.get_future().get();
+
+  ASSERT_EQ(out.output_weight_versions.size(), out.output_ids.size());
+  EXPECT_EQ(out.weight_versions, (std::vector<int64_t>{0, 4}));
+  const auto first_new =
+      std::find(out.output_weight_versions.begin(), out.output_weight_versions.end(), 4);
+  const int64_t old_tokens = first_new - out.output_weight_versions.begin();
+  EXPECT_EQ(old_tokens, before_update);  // every token sampled before the pause is version 0
+  EXPECT_TRUE(
+      std::all_of(first_new, out.output_weight_versions.end(), [](int64_t v) { return v == 4; }));
+}
+
 TEST_F(EngineTest, LoadWeightsChangesTheModelAndTheVersion) {
   Engine engine(options());
   const GenerateRequest r = greedy(prompt(11, 4), 10);
@@ -470,8 +504,8 @@ TEST_F(EngineTest, LoadWeightsChangesTheModelAndTheVersion) {
 
   EXPECT_CONTAINS(ooze::testing::error_message_of<Error>([&] { engine.load_weights({}, 1); }),
                   "not newer");
-  std::vector<std::pair<std::string, at::Tensor>> bad = {
-      {"model.norm.weight", torch::ones({3})}, {"model.nonsense", torch::ones({1})}};
+  std::vector<std::pair<std::string, at::Tensor>> bad = {{"model.norm.weight", torch::ones({3})},
+                                                         {"model.nonsense", torch::ones({1})}};
   const std::string message =
       ooze::testing::error_message_of<FormatError>([&] { engine.load_weights(bad, 2); });
   EXPECT_CONTAINS(message, "model.norm.weight");

@@ -1,0 +1,30 @@
+#include "rollout/group_filter.h"
+
+namespace ooze::rollout {
+
+plugin::FilterDecision keep_nonzero_reward_std(const std::vector<Sample> &group,
+                                               const std::string &reward_key) {
+  for (const Sample &sample : group) {
+    if (sample.reward_value(reward_key) != group.front().reward_value(reward_key)) return true;
+  }
+  return {false, "zero_std"};
+}
+
+GroupFilter::GroupFilter(const std::string &path, std::string reward_key)
+    : path_(path), reward_key_(std::move(reward_key)) {
+  if (path_ != "nonzero_std") {
+    plugin_ =
+        PluginFunction::load(path_, plugin::Kind::kGroupFilter, "--dynamic-sampling-filter-path");
+  }
+}
+
+plugin::FilterDecision GroupFilter::decide(const std::vector<Sample> &group) const {
+  if (plugin_) {
+    plugin::FilterDecision decision = plugin_->filter_group(group);
+    if (!decision.keep && decision.reason.empty()) decision.reason = "filtered";
+    return decision;
+  }
+  return keep_nonzero_reward_std(group, reward_key_);
+}
+
+}  // namespace ooze::rollout

@@ -1,0 +1,107 @@
+// Generating samples through the router: what the rollout's default generation and a user's
+// generate function (rollout/reward_plugin.h) both call, so multi-turn plugins and plain
+// rollouts append tokens, log-probs, loss masks and weight versions the same way.
+//
+//   SampleGenerator generator(router, tokenizer, sampling, &stop_flag);
+//   generator.generate_group(group);   // fresh samples of one prompt: one request with n
+//   generator.generate(sample);        // one sample, continuing from its tokens so far
+//
+// Every request asks for log-probs and carries the prompt as token ids (never text), so what
+// the engine saw is exactly sample.tokens. A continued sample (a partial rollout, a second
+// turn) sends its prompt and response so far and asks for what is left of the response budget;
+// the engine's prefix cache makes the resent tokens cheap.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "rollout/reward_plugin.h"
+#include "rollout/router.h"
+#include "rollout/sample.h"
+
+namespace ooze::models {
+class Tokenizer;
+}
+
+namespace ooze::rollout {
+
+// How samples are drawn: Slime's --rollout-* sampling flags, or the --eval-* ones.
+struct RolloutSampling {
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = -1;
+  int64_t max_response_len = 1024;  // response tokens per sample, all turns together
+  std::vector<std::string> stop;
+  std::vector<int64_t> stop_token_ids;
+  bool skip_special_tokens = true;
+
+  // SGLang's sampling_params object for a request of n samples.
+  nlohmann::json sampling_params(int64_t max_new_tokens, int64_t n) const;
+
+  // --rollout-temperature, --rollout-top-p, --rollout-top-k, --rollout-max-response-len,
+  // --rollout-stop, --rollout-stop-token-ids, --rollout-skip-special-tokens.
+  static RolloutSampling from_config(const Config& config);
+  // --eval-temperature, --eval-top-p, --eval-top-k, --eval-max-response-len: each, when not
+  // given, takes the rollout's value.
+  static RolloutSampling eval_from_config(const Config& config);
+};
+
+// Declares the flags above (section "rollout").
+void add_rollout_sampling_fields(ConfigSchema& schema);
+
+// What a generator has sent and received since it was made (every field summed over outputs).
+struct GenerationStats {
+  int64_t requests = 0;
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens the engines took from their prefix cache
+  int64_t generated_tokens = 0;
+  double cache_hit_rate() const {
+    return prompt_tokens == 0 ? 0.0 : static_cast<double>(cached_prompt_tokens) / prompt_tokens;
+  }
+};
+
+class SampleGenerator final : public plugin::GenerationContext {
+ public:
+  // `stop`, when set, turns later generate calls into aborts: once a rollout has what it needs,
+  // no new request may start behind the abort sent to the engines.
+  SampleGenerator(Router& router, const models::Tokenizer& tokenizer, RolloutSampling sampling,
+                  const std::atomic<bool>* stop = nullptr);
+
+  // Fresh samples that share one prompt (same tokens, no response yet): one request with
+  // n = group.size(), so the engine prefills the prompt once.
+  void generate_group(std::vector<Sample>& group);
+
+  std::string generate(Sample& sample, int64_t max_new_tokens = 0) override;
+  int64_t append_observation(Sample& sample, const std::string& text) override;
+  int64_t remaining_budget(const Sample& sample) const override;
+  std::vector<int64_t> tokenize(const std::string& text) const override;
+  std::string detokenize(const std::vector<int64_t>& ids) const override;
+
+  const RolloutSampling& sampling() const { return sampling_; }
+  GenerationStats stats() const;
+
+ private:
+  bool stopping() const { return stop_ != nullptr && stop_->load(); }
+  nlohmann::json send(const nlohmann::json& body);
+  void count(const nlohmann::json& output);
+
+  Router& router_;
+  const models::Tokenizer& tokenizer_;
+  RolloutSampling sampling_;
+  const std::atomic<bool>* stop_;
+  std::atomic<int64_t> requests_{0};
+  std::atomic<int64_t> prompt_tokens_{0};
+  std::atomic<int64_t> cached_prompt_tokens_{0};
+  std::atomic<int64_t> generated_tokens_{0};
+};
+
+// Appends one /generate output object (text, output_ids, meta_info with log-probs, weight
+// versions, finish_reason) to the sample and sets its status. Throws FormatError naming the
+// missing or malformed field.
+void append_engine_output(Sample& sample, const nlohmann::json& output);
+
+}  // namespace ooze::rollout

@@ -1,0 +1,107 @@
+#include "rollout/sample_json.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace ooze::rollout {
+
+nlohmann::json sample_to_json(const Sample& sample) {
+  return {{"group_index", sample.group_index},
+          {"index", sample.index},
+          {"prompt", sample.prompt},
+          {"tokens", sample.tokens},
+          {"response", sample.response},
+          {"response_length", sample.response_length},
+          {"label", sample.label},
+          {"metadata", sample.metadata},
+          {"tools", sample.tools},
+          {"reward", sample.reward},
+          {"loss_mask", sample.loss_mask},
+          {"rollout_log_probs", sample.rollout_log_probs},
+          {"weight_versions", sample.weight_versions},
+          {"status", to_string(sample.status)},
+          {"abort_reason", sample.abort_reason},
+          {"metrics", sample.metrics}};
+}
+
+namespace {
+
+Sample::Status status_from_word(const std::string& word) {
+  for (Sample::Status status : {Sample::Status::kPending, Sample::Status::kCompleted,
+                                Sample::Status::kTruncated, Sample::Status::kAborted}) {
+    if (word == to_string(status)) return status;
+  }
+  throw FormatError("sample status '" + word +
+                    "' is not one of pending, completed, truncated, aborted");
+}
+
+template <typename T>
+void read(const nlohmann::json& json, const char* key, T& out) {
+  auto it = json.find(key);
+  if (it == json.end()) throw FormatError(std::string("sample: missing field '") + key + "'");
+  try {
+    it->get_to(out);
+  } catch (const nlohmann::json::exception& error) {
+    throw FormatError(std::string("sample: field '") + key + "': " + error.what());
+  }
+}
+
+}  // namespace
+
+Sample sample_from_json(const nlohmann::json& json) {
+  if (!json.is_object()) throw FormatError("sample: expected a JSON object, got " + json.dump());
+  Sample sample;
+  read(json, "group_index", sample.group_index);
+  read(json, "index", sample.index);
+  read(json, "prompt", sample.prompt);
+  read(json, "tokens", sample.tokens);
+  read(json, "response", sample.response);
+  read(json, "response_length", sample.response_length);
+  read(json, "label", sample.label);
+  read(json, "metadata", sample.metadata);
+  read(json, "tools", sample.tools);
+  read(json, "reward", sample.reward);
+  read(json, "loss_mask", sample.loss_mask);
+  read(json, "rollout_log_probs", sample.rollout_log_probs);
+  read(json, "weight_versions", sample.weight_versions);
+  std::string status;
+  read(json, "status", status);
+  sample.status = status_from_word(status);
+  read(json, "abort_reason", sample.abort_reason);
+  read(json, "metrics", sample.metrics);
+  const auto response = static_cast<size_t>(sample.response_length);
+  if (sample.response_length < 0 || response > sample.tokens.size() ||
+      sample.loss_mask.size() != response || sample.rollout_log_probs.size() != response ||
+      sample.weight_versions.size() != response) {
+    throw FormatError("sample " + std::to_string(sample.index) +
+                      ": loss_mask, rollout_log_probs and weight_versions must each have "
+                      "response_length (" +
+                      std::to_string(sample.response_length) + ") entries, within the tokens");
+  }
+  return sample;
+}
+
+nlohmann::json groups_to_json(const std::vector<std::vector<Sample>>& groups) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const std::vector<Sample>& group : groups) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (const Sample& sample : group) samples.push_back(sample_to_json(sample));
+    out.push_back(std::move(samples));
+  }
+  return out;
+}
+
+std::vector<std::vector<Sample>> groups_from_json(const nlohmann::json& json) {
+  if (!json.is_array()) throw FormatError("sample groups: expected a list of lists of samples");
+  std::vector<std::vector<Sample>> groups;
+  for (const nlohmann::json& group : json) {
+    if (!group.is_array()) throw FormatError("sample groups: a group is not a list of samples");
+    std::vector<Sample> samples;
+    for (const nlohmann::json& sample : group) samples.push_back(sample_from_json(sample));
+    groups.push_back(std::move(samples));
+  }
+  return groups;
+}
+
+}  // namespace ooze::rollout
