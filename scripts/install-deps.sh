@@ -24,6 +24,8 @@ packages=(
   libgtest-dev libgmock-dev
   libpcre2-dev
   libicu-dev
+  # GiNaC: symbolic equality of math answers in the built-in reward rules (rollout/rewards/).
+  libginac-dev
   nodejs npm
 )
 
