@@ -11,6 +11,7 @@
 #include "launcher/foundation_demo.h"
 #include "launcher/foundation_demo_config.h"
 #include "launcher/model_init_command.h"
+#include "launcher/reward_command.h"
 #include "launcher/router_command.h"
 #include "launcher/serve_command.h"
 #include "launcher/sft_demo.h"
@@ -34,6 +35,8 @@ const char* kUsage =
     "                 serve a rollout engine over HTTP (SGLang's /generate and the OpenAI API)\n"
     "  router --engine URL [--engine URL ...] [--port 30001] [--help]\n"
     "                 balance requests over several engine servers\n"
+    "  reward --rm-type TYPE | --custom-rm-path lib.so:fn [--help]\n"
+    "                 score {\"response\", \"label\", \"metadata\"} JSON lines from stdin\n"
     "  start --head [--host IP] [--port P] | start --address HEAD_IP:PORT [--token T]\n"
     "                 start the cluster's head (with a node), or a node joining it\n"
     "  status [--address HEAD_IP:PORT]\n"
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
     if (command == "sft-demo") return ooze::launcher::run_sft_demo(rest);
     if (command == "serve") return ooze::launcher::run_serve_command(rest);
     if (command == "router") return ooze::launcher::run_router_command(rest);
+    if (command == "reward") return ooze::launcher::run_reward_command(rest, std::cin, std::cout);
     if (command == "start") return ooze::launcher::run_start_command(rest);
     if (command == "status") return ooze::launcher::run_status_command(rest);
     if (command == "stop") return ooze::launcher::run_stop_command(rest);

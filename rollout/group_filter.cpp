@@ -2,15 +2,15 @@
 
 namespace ooze::rollout {
 
-plugin::FilterDecision keep_nonzero_reward_std(const std::vector<Sample> &group,
-                                               const std::string &reward_key) {
-  for (const Sample &sample : group) {
+plugin::FilterDecision keep_nonzero_reward_std(const std::vector<Sample>& group,
+                                               const std::string& reward_key) {
+  for (const Sample& sample : group) {
     if (sample.reward_value(reward_key) != group.front().reward_value(reward_key)) return true;
   }
   return {false, "zero_std"};
 }
 
-GroupFilter::GroupFilter(const std::string &path, std::string reward_key)
+GroupFilter::GroupFilter(const std::string& path, std::string reward_key)
     : path_(path), reward_key_(std::move(reward_key)) {
   if (path_ != "nonzero_std") {
     plugin_ =
@@ -18,7 +18,7 @@ GroupFilter::GroupFilter(const std::string &path, std::string reward_key)
   }
 }
 
-plugin::FilterDecision GroupFilter::decide(const std::vector<Sample> &group) const {
+plugin::FilterDecision GroupFilter::decide(const std::vector<Sample>& group) const {
   if (plugin_) {
     plugin::FilterDecision decision = plugin_->filter_group(group);
     if (!decision.keep && decision.reason.empty()) decision.reason = "filtered";

@@ -1,0 +1,100 @@
+#include "launcher/reward_command.h"
+
+#include <iostream>
+#include <optional>
+
+#include "core/config.h"
+#include "rollout/reward_model.h"
+
+namespace ooze::launcher {
+namespace {
+
+// Lines scored at once: enough to keep --reward-threads busy, few enough that answers stream.
+constexpr size_t kChunk = 256;
+
+rollout::Sample sample_from_line(const std::string& line, int64_t number) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& error) {
+    throw FormatError("not JSON (" + std::string(error.what()) + ")");
+  }
+  if (!json.is_object()) throw FormatError("expected a JSON object");
+  auto response = json.find("response");
+  if (response == json.end() || !response->is_string()) {
+    throw FormatError("'response' (a string) is missing");
+  }
+  rollout::Sample sample;
+  sample.index = number - 1;
+  sample.group_index = number - 1;
+  sample.response = response->get<std::string>();
+  if (auto label = json.find("label"); label != json.end() && !label->is_null()) {
+    sample.label = label->is_string() ? label->get<std::string>() : label->dump();
+  }
+  if (auto metadata = json.find("metadata"); metadata != json.end() && !metadata->is_null()) {
+    sample.metadata = *metadata;
+  }
+  if (auto prompt = json.find("prompt"); prompt != json.end() && prompt->is_string()) {
+    sample.prompt = prompt->get<std::string>();
+  }
+  sample.status = rollout::Sample::Status::kCompleted;
+  return sample;
+}
+
+}  // namespace
+
+int run_reward_command(const std::vector<std::string>& args, std::istream& in, std::ostream& out) {
+  ConfigSchema schema;
+  rollout::add_reward_fields(schema);
+  const std::optional<Config> config = load_config_from_command_line(schema, args);
+  if (!config) {
+    out << "usage: ooze reward --rm-type TYPE | --custom-rm-path lib.so:fn [flags] < lines.jsonl\n"
+        << schema.help();
+    return 0;
+  }
+  rollout::RewardModel rewards(rollout::RewardOptions::from_config(*config));
+  ThreadPool pool(static_cast<size_t>(config->get<int64_t>("reward_threads")));
+
+  bool failed = false;
+  int64_t line_number = 0;
+  std::string line;
+  bool more = true;
+  while (more) {
+    // One chunk: parse, score concurrently, answer in input order.
+    std::vector<std::string> answers;
+    std::vector<std::optional<rollout::Sample>> samples;
+    std::vector<int64_t> numbers;
+    while (samples.size() < kChunk && (more = static_cast<bool>(std::getline(in, line)))) {
+      ++line_number;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      numbers.push_back(line_number);
+      answers.emplace_back();
+      try {
+        samples.emplace_back(sample_from_line(line, line_number));
+      } catch (const Error& error) {
+        samples.emplace_back();
+        answers.back() =
+            nlohmann::json{{"error", "line " + std::to_string(line_number) + ": " + error.what()}}
+                .dump();
+      }
+    }
+    pool.run_all(samples.size(), [&](size_t i) {
+      if (!samples[i]) return;
+      try {
+        answers[i] = nlohmann::json{{"reward", rewards.score(*samples[i])}}.dump();
+      } catch (const std::exception& error) {
+        answers[i] =
+            nlohmann::json{{"error", "line " + std::to_string(numbers[i]) + ": " + error.what()}}
+                .dump();
+      }
+    });
+    for (const std::string& answer : answers) {
+      failed = failed || answer.rfind("{\"error\"", 0) == 0;
+      out << answer << "\n";
+    }
+    out.flush();
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace ooze::launcher

@@ -1,0 +1,24 @@
+// `ooze reward`: scores JSON lines from stdin with the reward a run would use, one answer line
+// per input line, in order — for checking a dataset's labels against a reward type, or a
+// plugin, before spending GPU hours on it.
+//
+//   echo '{"response": "... \\boxed{\\frac12}", "label": "0.5"}' | ooze reward --rm-type math
+//   {"reward":1.0}
+//
+// Input lines: {"response": TEXT, "label": TEXT or any JSON, "metadata": {...}, "prompt": TEXT}
+// (response required). Flags: those of add_reward_fields (--rm-type, --custom-rm-path,
+// --reward-key, --rm-url, ...). A line that cannot be scored answers {"error": "line N: ..."}
+// and the exit status is then 1; the other lines are still scored.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace ooze::launcher {
+
+// `args` are the arguments after "reward". Returns the exit code; throws ConfigError for bad
+// flags and PluginError for a plugin that does not load.
+int run_reward_command(const std::vector<std::string>& args, std::istream& in, std::ostream& out);
+
+}  // namespace ooze::launcher

@@ -1,0 +1,85 @@
+// Where rewards come from, chosen as in Slime: a user's function (--custom-rm-path
+// lib.so:function, a reward or a batched reward plugin), else --rm-type: a built-in rule
+// (rollout/rewards/builtin_rewards.h, with the boxed_ prefix) or remote_rm (--rm-url, Slime's
+// request body). Everything is checked when the model is built (unknown type, missing URL,
+// a library or symbol that does not load), so a run fails at start-up, not at its first rollout.
+//
+//   RewardModel rewards(RewardOptions::from_config(config));
+//   rewards.score_group(group);        // fills sample.reward for every sample of the group
+//
+// Samples are scored concurrently on --reward-threads threads (remote models and plugins wait
+// on I/O); a batched function gets the group in one call (--group-rm), or, without --group-rm,
+// the whole rollout at its end (score_rollout). A failure names the sample and where its
+// reward came from.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/thread_pool.h"
+#include "rollout/plugin_function.h"
+#include "rollout/remote_reward.h"
+#include "rollout/sample.h"
+
+namespace ooze::rollout {
+
+// A reward that could not be computed; says which sample and which reward source.
+class RewardError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct RewardOptions {
+  std::string rm_type;         // a built-in type, "remote_rm", or "" when custom_rm_path is set
+  std::string custom_rm_path;  // "lib.so:function": a reward or batched reward plugin
+  bool group_rm = false;       // a batched function scores each group as it finishes
+  std::string reward_key;      // the scalar field of object rewards (dapo's "score", ...)
+  RemoteRewardOptions remote;  // --rm-url and its timeouts and retries
+  int64_t reward_threads = 16;
+
+  static RewardOptions from_config(const Config& config);
+};
+
+// Declares --rm-type, --custom-rm-path, --group-rm, --reward-key, --rm-url, --rm-timeout,
+// --rm-max-retries, --reward-threads (section "reward").
+void add_reward_fields(ConfigSchema& schema);
+
+class RewardModel {
+ public:
+  // Throws ConfigError (nothing chosen, unknown type, remote_rm without --rm-url) or PluginError.
+  explicit RewardModel(RewardOptions options);
+
+  // One sample's reward (a number or an object). Not for batched functions.
+  nlohmann::json score(const Sample& sample) const;
+  // Fills the reward of every sample of the group. With a batched function and no --group-rm it
+  // does nothing: score_rollout() scores the rollout once it is complete.
+  void score_group(std::vector<Sample>& group);
+  // With a batched function and no --group-rm: one call over every sample of the rollout.
+  // Otherwise scores the groups not scored yet.
+  void score_rollout(std::vector<std::vector<Sample>>& groups);
+
+  // Whether rewards are only known once the whole rollout is (dynamic sampling needs them per
+  // group, so it refuses this combination).
+  bool scores_whole_rollout() const { return batched_ && !options_.group_rm; }
+  // "--rm-type math", "--custom-rm-path lib.so:fn", ...: how errors and logs name the source.
+  const std::string& source() const { return source_; }
+  const RewardOptions& options() const { return options_; }
+
+ private:
+  nlohmann::json score_one(const Sample& sample) const;
+  void score_batched(std::vector<Sample*>& samples);
+
+  RewardOptions options_;
+  std::string source_;
+  bool batched_ = false;
+  std::optional<PluginFunction> plugin_;
+  std::unique_ptr<RemoteReward> remote_;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+}  // namespace ooze::rollout

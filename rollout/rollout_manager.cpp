@@ -1,0 +1,556 @@
+#include "rollout/rollout_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "core/logging.h"
+#include "rollout/sample_json.h"
+
+namespace ooze::rollout {
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+void add_rollout_fields(ConfigSchema& schema) {
+  schema.section("rollout");
+  schema.add_int("rollout_batch_size", 32, "Prompts (groups) per rollout.").min(1);
+  schema.add_int("n_samples_per_prompt", 8, "Samples per prompt.").min(1);
+  schema
+      .add_int("over_sampling_batch_size", 0,
+               "Prompts started per round of dynamic sampling; 0: the rollout "
+               "batch size.")
+      .min(0);
+  schema.add_string("dynamic_sampling_filter_path", "",
+                    "Drop finished groups: nonzero_std (rewards that all agree), or "
+                    "lib.so:function; empty: keep every group.");
+  schema
+      .add_int("dynamic_sampling_max_rounds", 16,
+               "Rounds of over-sampling a rollout may draw before it gives up.")
+      .min(1);
+  schema.add_bool("partial_rollout", false,
+                  "Keep aborted groups and continue them in the next rollout.");
+  schema.add_string("buffer_filter_path", "",
+                    "lib.so:function choosing the buffered groups a rollout "
+                    "continues; empty: "
+                    "oldest first.");
+  schema.add_string("custom_generate_function_path", "",
+                    "lib.so:function generating each sample (multi-turn, tools).");
+  schema.add_int("rollout_concurrency", 512, "Engine requests in flight at once.").min(1);
+  schema
+      .add_double("rollout_progress_interval", 30.0,
+                  "Seconds between progress lines of a rollout; 0: none.")
+      .min(0);
+  add_rollout_sampling_fields(schema);
+  schema.add_check("over_sampling", [](const Config& config) -> std::string {
+    const int64_t over = config.get<int64_t>("over_sampling_batch_size");
+    const int64_t batch = config.get<int64_t>("rollout_batch_size");
+    if (over != 0 && over < batch) {
+      return "over_sampling_batch_size = " + std::to_string(over) +
+             " is smaller than rollout_batch_size = " + std::to_string(batch);
+    }
+    return "";
+  });
+}
+
+RolloutOptions RolloutOptions::from_config(const Config& config) {
+  RolloutOptions options;
+  options.rollout_batch_size = config.get<int64_t>("rollout_batch_size");
+  options.n_samples_per_prompt = config.get<int64_t>("n_samples_per_prompt");
+  options.over_sampling_batch_size = config.get<int64_t>("over_sampling_batch_size");
+  options.dynamic_sampling_filter_path = config.get<std::string>("dynamic_sampling_filter_path");
+  options.dynamic_sampling_max_rounds = config.get<int64_t>("dynamic_sampling_max_rounds");
+  options.partial_rollout = config.get<bool>("partial_rollout");
+  options.buffer_filter_path = config.get<std::string>("buffer_filter_path");
+  options.custom_generate_function_path = config.get<std::string>("custom_generate_function_path");
+  options.concurrency = config.get<int64_t>("rollout_concurrency");
+  options.progress_interval_s = config.get<double>("rollout_progress_interval");
+  options.sampling = RolloutSampling::from_config(config);
+  return options;
+}
+
+void add_eval_fields(ConfigSchema& schema) {
+  schema.section("eval");
+  schema.add_string_list("eval_prompt_data", {},
+                         "Evaluation datasets as NAME,FILE pairs (name1,file1,name2,file2).");
+  schema.add_int("eval_interval", 0, "Evaluate every this many rollouts; 0: never.").min(0);
+  schema.add_int("n_samples_per_eval_prompt", 1, "Samples per evaluation prompt.").min(1);
+  schema.add_bool("log_passrate", false, "Report pass@k (k = 1, 2, 4, ...) per eval dataset.");
+  schema.add_check("eval_prompt_data_pairs", [](const Config& config) -> std::string {
+    const auto pairs = config.get<std::vector<std::string>>("eval_prompt_data");
+    if (pairs.size() % 2 != 0) {
+      return "eval_prompt_data must list NAME,FILE pairs; got " + std::to_string(pairs.size()) +
+             " entries";
+    }
+    return "";
+  });
+}
+
+EvalOptions EvalOptions::from_config(const Config& config, const PromptDatasetOptions& data) {
+  EvalOptions options;
+  const auto pairs = config.get<std::vector<std::string>>("eval_prompt_data");
+  for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+    EvalDataset dataset{pairs[i], data};
+    dataset.options.path = pairs[i + 1];
+    dataset.options.flags.path = "--eval-prompt-data " + pairs[i];
+    options.datasets.push_back(std::move(dataset));
+  }
+  options.eval_interval = config.get<int64_t>("eval_interval");
+  options.n_samples_per_eval_prompt = config.get<int64_t>("n_samples_per_eval_prompt");
+  options.log_passrate = config.get<bool>("log_passrate");
+  options.sampling = RolloutSampling::eval_from_config(config);
+  return options;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A round of concurrent generation: groups, the jobs that generate them, and
+// what became of each group. Workers take jobs; the one that finishes a group's
+// last job scores and judges it.
+
+struct RolloutManager::Round {
+  static constexpr int64_t kWholeGroup = -1;  // one request of n samples for a fresh group
+  static constexpr int64_t kNothing = -2;     // the group needs no generation (complete)
+
+  enum class Fate { kRunning, kKept, kDropped, kLeftOver };
+
+  std::vector<std::vector<Sample>> groups;
+  std::vector<int64_t> pending_jobs;
+  std::vector<Fate> fates;
+  int64_t target = -1;  // stop once this many groups are kept; -1: run them all
+  const GroupFilter* filter = nullptr;
+  bool score = true;  // score each group as it finishes
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::pair<size_t, int64_t>> jobs;  // (group, sample or kWholeGroup / kNothing)
+  bool closed = false;
+  int64_t running = 0;
+  std::atomic<bool> stop{false};
+  std::exception_ptr error;
+  int64_t kept = 0;
+  std::map<std::string, int64_t> drop_reasons;
+  int64_t samples_total = 0;
+  int64_t samples_done = 0;
+
+  bool needs_generation(const Sample& sample, int64_t budget) const {
+    return (sample.status == Sample::Status::kPending ||
+            sample.status == Sample::Status::kAborted) &&
+           budget > 0;
+  }
+
+  // Queues the jobs of a new group; call with `mutex` held.
+  void add_group(std::vector<Sample> group, const SampleGenerator& generator, bool per_sample) {
+    const size_t g = groups.size();
+    groups.push_back(std::move(group));
+    fates.push_back(Fate::kRunning);
+    std::vector<Sample>& samples = groups.back();
+    samples_total += static_cast<int64_t>(samples.size());
+    const bool fresh = std::all_of(samples.begin(), samples.end(), [](const Sample& s) {
+      return s.response_length == 0 && s.status == Sample::Status::kPending;
+    });
+    int64_t count = 0;
+    if (fresh && !per_sample) {
+      jobs.emplace_back(g, kWholeGroup);
+      count = 1;
+    } else {
+      for (size_t i = 0; i < samples.size(); ++i) {
+        if (!needs_generation(samples[i], generator.remaining_budget(samples[i]))) continue;
+        samples[i].status = Sample::Status::kPending;
+        samples[i].abort_reason.clear();
+        jobs.emplace_back(g, static_cast<int64_t>(i));
+        ++count;
+      }
+    }
+    if (count == 0) {
+      jobs.emplace_back(g, kNothing);
+      count = 1;
+    }
+    pending_jobs.push_back(count);
+  }
+};
+
+void RolloutManager::run(Round& round, SampleGenerator& generator) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const GenerationStats stats_at_start = generator.stats();
+
+  auto abort_engines = [this] {
+    for (const BroadcastResult& result :
+         router_.broadcast("/abort_request", {{"abort_all", true}})) {
+      if (!result.ok()) {
+        OOZE_LOG(WARN) << "rollout: abort_request to " << result.engine_url << " failed ("
+                       << result.status << "): " << result.body;
+      }
+    }
+  };
+
+  // The end of a group's generation: score, judge, count. Runs on the worker
+  // that finished it.
+  auto finish_group = [&](size_t g) {
+    std::vector<Sample>& group = round.groups[g];
+    plugin::FilterDecision decision;
+    if (!round.stop) {
+      if (round.score) rewards_.score_group(group);
+      if (round.filter) decision = round.filter->decide(group);
+    }
+    bool reached = false;
+    {
+      std::lock_guard<std::mutex> lock(round.mutex);
+      if (round.stop) {
+        round.fates[g] = Round::Fate::kLeftOver;
+      } else if (!decision.keep) {
+        round.fates[g] = Round::Fate::kDropped;
+        ++round.drop_reasons[decision.reason];
+      } else if (round.target >= 0 && round.kept >= round.target) {
+        round.fates[g] = Round::Fate::kLeftOver;  // finished while the last kept one did
+      } else {
+        round.fates[g] = Round::Fate::kKept;
+        ++round.kept;
+        reached = round.target >= 0 && round.kept == round.target;
+        if (reached) round.stop = true;
+      }
+    }
+    if (reached) abort_engines();  // what still runs is not needed any more
+  };
+
+  auto work = [&] {
+    while (true) {
+      std::pair<size_t, int64_t> job;
+      {
+        std::unique_lock<std::mutex> lock(round.mutex);
+        round.changed.wait(lock, [&] { return round.closed || !round.jobs.empty(); });
+        if (round.jobs.empty()) return;
+        job = round.jobs.front();
+        round.jobs.pop_front();
+        ++round.running;
+      }
+      const auto [g, which] = job;
+      std::vector<Sample>& group = round.groups[g];
+      int64_t samples = 0;
+      bool group_done = false;
+      try {
+        if (which == Round::kWholeGroup) {
+          generator.generate_group(group);
+          samples = static_cast<int64_t>(group.size());
+        } else if (which >= 0) {
+          Sample& sample = group[static_cast<size_t>(which)];
+          if (custom_generate_ && !round.stop) {
+            custom_generate_->generate(generator, sample);
+          } else {
+            generator.generate(sample);
+          }
+          samples = 1;
+        }
+        std::lock_guard<std::mutex> lock(round.mutex);
+        round.samples_done += samples;
+        group_done = --round.pending_jobs[g] == 0;
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(round.mutex);
+        if (!round.error) round.error = std::current_exception();
+        round.stop = true;
+      }
+      if (group_done) {
+        try {
+          finish_group(g);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(round.mutex);
+          if (!round.error) round.error = std::current_exception();
+          round.stop = true;
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(round.mutex);
+        --round.running;
+      }
+      round.changed.notify_all();
+    }
+  };
+
+  size_t num_workers;
+  {
+    std::lock_guard<std::mutex> lock(round.mutex);
+    num_workers =
+        std::clamp<size_t>(round.jobs.size(), 1, static_cast<size_t>(options_.concurrency));
+  }
+  std::vector<std::thread> workers;
+  for (size_t i = 0; i < num_workers; ++i) workers.emplace_back(work);
+
+  int64_t rounds = 1;
+  bool aborted_engines = false;
+  Clock::time_point last_progress = start;
+  Clock::time_point last_abort = start;
+  std::unique_lock<std::mutex> lock(round.mutex);
+  while (true) {
+    round.changed.wait_for(lock, std::chrono::milliseconds(200));
+    const bool idle = round.jobs.empty() && round.running == 0;
+    if (round.stop) {
+      // Drain: queued jobs see the stop flag and end at once; running requests
+      // were aborted. A request that started just after the abort is caught by
+      // the next one.
+      if (idle) break;
+      if (!aborted_engines || Clock::now() - last_abort > std::chrono::milliseconds(500)) {
+        aborted_engines = true;
+        last_abort = Clock::now();
+        lock.unlock();
+        abort_engines();
+        lock.lock();
+      }
+      continue;
+    }
+    if (idle) {
+      if (round.target < 0 || round.kept >= round.target) break;
+      // Every group finished and too few were kept: draw another round.
+      if (rounds >= options_.dynamic_sampling_max_rounds) {
+        round.error = std::make_exception_ptr(
+            Error("dynamic sampling kept " + std::to_string(round.kept) + " of " +
+                  std::to_string(round.groups.size()) + " groups in " + std::to_string(rounds) +
+                  " rounds, short of --rollout-batch-size " + std::to_string(round.target) +
+                  " (--dynamic-sampling-filter-path " + options_.dynamic_sampling_filter_path +
+                  " drops too much; raise --over-sampling-batch-size or "
+                  "--dynamic-sampling-max-rounds)"));
+        break;
+      }
+      ++rounds;
+      lock.unlock();
+      std::vector<std::vector<Sample>> more =
+          draw_groups(std::max(options_.over_sampling_batch_size, options_.rollout_batch_size));
+      lock.lock();
+      for (std::vector<Sample>& group : more) {
+        round.add_group(std::move(group), generator, custom_generate_.has_value());
+      }
+      round.changed.notify_all();
+      continue;
+    }
+    if (options_.progress_interval_s > 0 &&
+        Clock::now() - last_progress >
+            std::chrono::duration<double>(options_.progress_interval_s)) {
+      last_progress = Clock::now();
+      const double seconds = std::chrono::duration<double>(last_progress - start).count();
+      const int64_t tokens = generator.stats().generated_tokens - stats_at_start.generated_tokens;
+      OOZE_LOG(INFO) << "rollout: " << round.samples_done << "/" << round.samples_total
+                     << " samples, " << static_cast<int64_t>(tokens / seconds) << " tokens/s"
+                     << (round.target >= 0 ? ", kept " + std::to_string(round.kept) + "/" +
+                                                 std::to_string(round.target) + " groups"
+                                           : "");
+    }
+  }
+  round.closed = true;
+  round.stop = true;
+  lock.unlock();
+  round.changed.notify_all();
+  for (std::thread& worker : workers) worker.join();
+  if (round.error) std::rethrow_exception(round.error);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+RolloutManager::RolloutManager(RolloutOptions options, PromptSource& source, Router& router,
+                               const models::Tokenizer& tokenizer, RewardModel& rewards)
+    : options_(std::move(options)),
+      source_(source),
+      router_(router),
+      tokenizer_(tokenizer),
+      rewards_(rewards) {
+  if (!options_.dynamic_sampling_filter_path.empty()) {
+    if (rewards_.scores_whole_rollout()) {
+      throw ConfigError(
+          "--dynamic-sampling-filter-path needs each group's "
+          "rewards as it finishes, but the "
+          "batched reward function of --custom-rm-path scores "
+          "the whole rollout: add "
+          "--group-rm");
+    }
+    filter_.emplace(options_.dynamic_sampling_filter_path, rewards_.options().reward_key);
+  }
+  if (!options_.buffer_filter_path.empty()) {
+    if (!options_.partial_rollout) {
+      throw ConfigError("--buffer-filter-path needs --partial-rollout (there is no buffer)");
+    }
+    buffer_filter_ = PluginFunction::load(options_.buffer_filter_path, plugin::Kind::kBufferFilter,
+                                          "--buffer-filter-path");
+  }
+  if (!options_.custom_generate_function_path.empty()) {
+    custom_generate_ =
+        PluginFunction::load(options_.custom_generate_function_path, plugin::Kind::kGenerate,
+                             "--custom-generate-function-path");
+  }
+}
+
+RolloutManager::~RolloutManager() = default;
+
+std::vector<std::vector<Sample>> RolloutManager::draw_groups(int64_t count) {
+  std::vector<std::vector<Sample>> groups;
+  if (count <= 0) return groups;
+  for (const DrawnPrompt& drawn : source_.next_batch(count)) {
+    const int64_t first = source_.take_sample_indices(options_.n_samples_per_prompt);
+    std::vector<Sample> group;
+    for (int64_t i = 0; i < options_.n_samples_per_prompt; ++i) {
+      group.push_back(make_sample(drawn, first + i));
+    }
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+std::vector<std::vector<Sample>> RolloutManager::take_from_buffer(int64_t max_groups) {
+  if (buffer_.empty() || max_groups <= 0) return {};
+  if (buffer_filter_) {
+    std::vector<std::vector<Sample>> taken = buffer_filter_->filter_buffer(buffer_, max_groups);
+    if (static_cast<int64_t>(taken.size()) > max_groups) {
+      throw PluginError("--buffer-filter-path " + options_.buffer_filter_path + " returned " +
+                        std::to_string(taken.size()) + " groups; at most " +
+                        std::to_string(max_groups) + " were asked for");
+    }
+    return taken;
+  }
+  const auto count = std::min<size_t>(buffer_.size(), static_cast<size_t>(max_groups));
+  std::vector<std::vector<Sample>> taken(std::make_move_iterator(buffer_.begin()),
+                                         std::make_move_iterator(buffer_.begin() + count));
+  buffer_.erase(buffer_.begin(), buffer_.begin() + count);
+  return taken;
+}
+
+RolloutResult RolloutManager::generate(int64_t rollout_id) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const int64_t batch = options_.rollout_batch_size;
+  const int64_t first_round = std::max(options_.over_sampling_batch_size, batch);
+
+  Round round;
+  round.filter = filter_ ? &*filter_ : nullptr;
+  // Stop early only when more groups run than the batch needs (over-sampling,
+  // or a filter that may drop some); otherwise every group is kept and all must
+  // finish.
+  round.target = (first_round > batch || round.filter) ? batch : -1;
+  SampleGenerator generator(router_, tokenizer_, options_.sampling, &round.stop);
+
+  std::vector<std::vector<Sample>> continued =
+      options_.partial_rollout ? take_from_buffer(first_round) : std::vector<std::vector<Sample>>{};
+  const int64_t continued_groups = static_cast<int64_t>(continued.size());
+  std::vector<std::vector<Sample>> fresh =
+      draw_groups(std::max<int64_t>(first_round - continued_groups, 0));
+  {
+    std::lock_guard<std::mutex> lock(round.mutex);
+    for (auto* source : {&continued, &fresh}) {
+      for (std::vector<Sample>& group : *source) {
+        round.add_group(std::move(group), generator, custom_generate_.has_value());
+      }
+    }
+  }
+  run(round, generator);
+
+  RolloutResult result;
+  result.rollout_id = rollout_id;
+  int64_t wasted_tokens = 0, dropped = 0, left_over = 0;
+  auto response_tokens = [](const std::vector<Sample>& group) {
+    int64_t tokens = 0;
+    for (const Sample& sample : group) tokens += sample.response_length;
+    return tokens;
+  };
+  for (size_t g = 0; g < round.groups.size(); ++g) {
+    std::vector<Sample>& group = round.groups[g];
+    switch (round.fates[g]) {
+      case Round::Fate::kKept:
+        result.groups.push_back(std::move(group));
+        break;
+      case Round::Fate::kDropped:
+        ++dropped;
+        wasted_tokens += response_tokens(group);
+        break;
+      case Round::Fate::kRunning:
+      case Round::Fate::kLeftOver:
+        ++left_over;
+        if (options_.partial_rollout) {
+          for (Sample& sample : group) sample.reward = nullptr;  // scored when it completes
+          buffer_.push_back(std::move(group));
+        } else {
+          wasted_tokens += response_tokens(group);
+        }
+        break;
+    }
+  }
+  std::sort(result.groups.begin(), result.groups.end(),
+            [](const std::vector<Sample>& a, const std::vector<Sample>& b) {
+              return a.front().group_index < b.front().group_index;
+            });
+  if (rewards_.scores_whole_rollout()) rewards_.score_rollout(result.groups);
+
+  result.metrics = rollout_metrics(result.groups, rewards_.options().reward_key);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const GenerationStats stats = generator.stats();
+  result.metrics["rollout/dynamic_filter/kept_groups"] = static_cast<double>(round.kept);
+  result.metrics["rollout/dynamic_filter/dropped_groups"] = static_cast<double>(dropped);
+  for (const auto& [reason, count] : round.drop_reasons) {
+    result.metrics["rollout/dynamic_filter/drop_" + reason] = static_cast<double>(count);
+  }
+  result.metrics["rollout/aborted_groups"] = static_cast<double>(left_over);
+  result.metrics["rollout/wasted_tokens"] = static_cast<double>(wasted_tokens);
+  if (options_.partial_rollout) {
+    result.metrics["rollout/partial/continued_groups"] = static_cast<double>(continued_groups);
+    result.metrics["rollout/partial/buffered_groups"] = static_cast<double>(buffer_.size());
+  }
+  result.metrics["perf/rollout_time"] = seconds;
+  result.metrics["perf/rollout_tokens_per_sec"] = stats.generated_tokens / seconds;
+  result.metrics["perf/prefix_cache_hit_rate"] = stats.cache_hit_rate();
+  if (static_cast<int64_t>(result.groups.size()) != batch) {
+    throw Error("rollout " + std::to_string(rollout_id) + " kept " +
+                std::to_string(result.groups.size()) + " groups instead of " +
+                std::to_string(batch));
+  }
+  return result;
+}
+
+MetricMap RolloutManager::evaluate(
+    const std::vector<std::pair<std::string, const PromptDataset*>>& datasets,
+    const EvalOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  MetricMap metrics;
+  for (const auto& [name, dataset] : datasets) {
+    Round round;
+    SampleGenerator generator(router_, tokenizer_, options.sampling, &round.stop);
+    {
+      std::lock_guard<std::mutex> lock(round.mutex);
+      for (int64_t p = 0; p < dataset->size(); ++p) {
+        DrawnPrompt drawn;
+        drawn.group_index = p;
+        drawn.dataset_index = p;
+        drawn.prompt = dataset->at(p);
+        std::vector<Sample> group;
+        for (int64_t i = 0; i < options.n_samples_per_eval_prompt; ++i) {
+          group.push_back(make_sample(drawn, p * options.n_samples_per_eval_prompt + i));
+        }
+        round.add_group(std::move(group), generator, custom_generate_.has_value());
+      }
+    }
+    run(round, generator);
+    if (rewards_.scores_whole_rollout()) rewards_.score_rollout(round.groups);
+    MetricMap dataset_metrics =
+        eval_metrics(name, round.groups, rewards_.options().reward_key, options.log_passrate);
+    metrics.insert(dataset_metrics.begin(), dataset_metrics.end());
+  }
+  metrics["perf/eval_time"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return metrics;
+}
+
+nlohmann::json RolloutManager::state() const {
+  return {{"prompt_source", source_.state()}, {"partial_rollout_buffer", groups_to_json(buffer_)}};
+}
+
+void RolloutManager::restore(const nlohmann::json& state) {
+  if (!state.is_object() || !state.contains("prompt_source") ||
+      !state.contains("partial_rollout_buffer")) {
+    throw FormatError(
+        "rollout state: expected an object with prompt_source and "
+        "partial_rollout_buffer");
+  }
+  std::vector<std::vector<Sample>> buffer = groups_from_json(state.at("partial_rollout_buffer"));
+  source_.restore(state.at("prompt_source"), "rollout state");
+  buffer_ = std::move(buffer);
+}
+
+}  // namespace ooze::rollout

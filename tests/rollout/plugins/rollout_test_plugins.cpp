@@ -1,0 +1,37 @@
+// Plugins the rollout manager tests load: built as a shared library the way a user builds one.
+#include <string>
+#include <vector>
+
+#include "rollout/reward_plugin.h"
+
+using ooze::rollout::Sample;
+using ooze::rollout::plugin::GenerationContext;
+
+// 1 when the first response token is odd: varies between samples at temperature 1.
+nlohmann::json first_token_parity(const Sample& sample) {
+  if (sample.response_length == 0) return 0.0;
+  return static_cast<double>(sample.tokens[static_cast<size_t>(sample.prompt_length())] % 2);
+}
+OOZE_EXPORT_REWARD(first_token_parity)
+
+// Takes the most recently buffered groups first.
+std::vector<std::vector<Sample>> newest_first(std::vector<std::vector<Sample>>& buffer,
+                                              int64_t num_groups) {
+  std::vector<std::vector<Sample>> taken;
+  while (!buffer.empty() && static_cast<int64_t>(taken.size()) < num_groups) {
+    taken.push_back(std::move(buffer.back()));
+    buffer.pop_back();
+  }
+  return taken;
+}
+OOZE_EXPORT_BUFFER_FILTER(newest_first)
+
+// Two turns with an observation between them: "<obs>" is not the policy's.
+void two_turns(GenerationContext& context, Sample& sample) {
+  context.generate(sample, 5);
+  if (sample.status == Sample::Status::kAborted) return;
+  context.append_observation(sample, "<obs>");
+  context.generate(sample);
+  sample.metrics["turns"] = 2;
+}
+OOZE_EXPORT_GENERATE(two_turns)
