@@ -49,9 +49,9 @@ TEST(PluginInstall, ExamplePluginBuildsAgainstTheInstalledPackageAndScores) {
   const fs::path prefix = work / "prefix";
   const fs::path build = work / "build";
 
-  ASSERT_TRUE(run_step({OOZE_CMAKE_COMMAND, "--install", OOZE_INSTALL_BUILD_DIR, "--prefix",
-                        prefix.string()},
-                       (work / "install.log").string(), 60s));
+  ASSERT_TRUE(run_step(
+      {OOZE_CMAKE_COMMAND, "--install", OOZE_INSTALL_BUILD_DIR, "--prefix", prefix.string()},
+      (work / "install.log").string(), 60s));
   for (const char* installed :
        {"include/rollout/reward_plugin.h", "include/rollout/sample.h", "include/core/error.h",
         "include/rollout/rewards/builtin_rewards.h", "include/rollout/rewards/math_reward.h",
@@ -61,24 +61,24 @@ TEST(PluginInstall, ExamplePluginBuildsAgainstTheInstalledPackageAndScores) {
   }
 
   // Only the prefix: the example must not find anything in ooze's source or build tree.
-  ASSERT_TRUE(run_step({OOZE_CMAKE_COMMAND, "-S",
-                        std::string(OOZE_INSTALL_SOURCE_DIR) + "/examples/reward_plugin", "-B",
-                        build.string(), "-G", "Ninja",
-                        std::string("-DCMAKE_MAKE_PROGRAM=") + OOZE_MAKE_PROGRAM,
-                        std::string("-DCMAKE_CXX_COMPILER=") + OOZE_CXX_COMPILER,
-                        "-DCMAKE_PREFIX_PATH=" + prefix.string()},
-                       (work / "configure.log").string(), 60s));
+  ASSERT_TRUE(run_step(
+      {OOZE_CMAKE_COMMAND, "-S", std::string(OOZE_INSTALL_SOURCE_DIR) + "/examples/reward_plugin",
+       "-B", build.string(), "-G", "Ninja",
+       std::string("-DCMAKE_MAKE_PROGRAM=") + OOZE_MAKE_PROGRAM,
+       std::string("-DCMAKE_CXX_COMPILER=") + OOZE_CXX_COMPILER,
+       "-DCMAKE_PREFIX_PATH=" + prefix.string()},
+      (work / "configure.log").string(), 60s));
   ASSERT_TRUE(run_step({OOZE_CMAKE_COMMAND, "--build", build.string()},
                        (work / "build.log").string(), 120s));
   const fs::path library = build / "libmath_format_reward.so";
   ASSERT_TRUE(fs::exists(library));
 
-  const PluginFunction reward = PluginFunction::load(
-      library.string() + ":math_with_format_bonus", plugin::Kind::kReward, "--custom-rm-path");
+  const PluginFunction reward = PluginFunction::load(library.string() + ":math_with_format_bonus",
+                                                     plugin::Kind::kReward, "--custom-rm-path");
   const std::vector<Case> cases = {
       {"<think>6 * 7 = 42</think> The answer is \\boxed{42}.", "42", 1.0, true},
       {"<think>6 * 7 = 41?</think> \\boxed{41}", "42", 0.0, true},
-      {"The answer is \\boxed{42}.", "42", 1.0, false},              // no reasoning section
+      {"The answer is \\boxed{42}.", "42", 1.0, false},                  // no reasoning section
       {"<think>\\boxed{40}?</think> so \\boxed{42}", "42", 1.0, false},  // two boxes
       {"<think>half</think> \\boxed{\\frac{1}{2}}", "\\frac12", 1.0, true},
       {"no answer at all", "42", 0.0, false},
