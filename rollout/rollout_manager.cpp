@@ -117,6 +117,8 @@ struct RolloutManager::Round {
 
   enum class Fate { kRunning, kKept, kDropped, kLeftOver };
 
+  // Grows only while no job runs (before the workers start, or between rounds when all are
+  // idle), so the references workers hold into it stay valid.
   std::vector<std::vector<Sample>> groups;
   std::vector<int64_t> pending_jobs;
   std::vector<Fate> fates;

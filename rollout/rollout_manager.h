@@ -21,10 +21,11 @@
 //      buffer and continue in the next rollout; otherwise they are discarded. When every group
 //      has finished and too few were kept, another --over-sampling-batch-size prompts are drawn.
 //
-// The kept groups come back sorted by group index. A failure (an engine that stays down, a
-// reward that cannot be computed) aborts what is in flight and is thrown from generate(); the
-// manager's state (prompts drawn, buffer) is then what it was before the call only when the
-// caller restores it from state(), as the RL loop does from its checkpoint.
+// The kept groups come back sorted by group index. Aborting uses the engines' abort_all, so the
+// engines behind the router should serve this run alone (as they do in the RL loop). A failure
+// (an engine that stays down, a reward that cannot be computed) aborts what is in flight and is
+// thrown from generate(); the prompts that rollout drew stay consumed, so a run that wants them
+// again restores a state() saved before it (the RL loop's checkpoint).
 #pragma once
 
 #include <cstdint>

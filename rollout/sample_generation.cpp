@@ -126,6 +126,18 @@ void append_engine_output(Sample& sample, const nlohmann::json& output) {
   }
 }
 
+void append_non_policy_tokens(Sample& sample, const std::vector<int64_t>& ids,
+                              const std::string& text) {
+  for (int64_t id : ids) {
+    sample.tokens.push_back(id);
+    sample.loss_mask.push_back(0);
+    sample.rollout_log_probs.push_back(0.0f);
+    sample.weight_versions.push_back(-1);
+  }
+  sample.response_length += static_cast<int64_t>(ids.size());
+  sample.response += text;
+}
+
 SampleGenerator::SampleGenerator(Router& router, const models::Tokenizer& tokenizer,
                                  RolloutSampling sampling, const std::atomic<bool>* stop)
     : router_(router), tokenizer_(tokenizer), sampling_(std::move(sampling)), stop_(stop) {}
@@ -212,14 +224,7 @@ int64_t SampleGenerator::append_observation(Sample& sample, const std::string& t
   std::vector<int64_t> ids = tokenizer_.encode(text);
   const bool cut = static_cast<int64_t>(ids.size()) > remaining_budget(sample);
   if (cut) ids.resize(static_cast<size_t>(remaining_budget(sample)));
-  for (int64_t id : ids) {
-    sample.tokens.push_back(id);
-    sample.loss_mask.push_back(0);
-    sample.rollout_log_probs.push_back(0.0f);
-    sample.weight_versions.push_back(-1);
-  }
-  sample.response_length += static_cast<int64_t>(ids.size());
-  sample.response += cut ? tokenizer_.decode(ids) : text;
+  append_non_policy_tokens(sample, ids, cut ? tokenizer_.decode(ids) : text);
   if (remaining_budget(sample) == 0) sample.status = Sample::Status::kTruncated;
   return static_cast<int64_t>(ids.size());
 }

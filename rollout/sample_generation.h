@@ -99,6 +99,11 @@ class SampleGenerator final : public plugin::GenerationContext {
   std::atomic<int64_t> generated_tokens_{0};
 };
 
+// Appends `ids`, tokens the policy did not sample (a tool's answer), to the response: loss mask 0,
+// log-prob 0, weight version -1; the response text grows by `text`.
+void append_non_policy_tokens(Sample& sample, const std::vector<int64_t>& ids,
+                              const std::string& text);
+
 // Appends one /generate output object (text, output_ids, meta_info with log-probs, weight
 // versions, finish_reason) to the sample and sets its status. Throws FormatError naming the
 // missing or malformed field.

@@ -91,14 +91,7 @@ class ScriptedContext final : public plugin::GenerationContext {
     std::vector<int64_t> ids = tokenize(text);
     const bool cut = static_cast<int64_t>(ids.size()) > remaining_budget(sample);
     if (cut) ids.resize(static_cast<size_t>(remaining_budget(sample)));
-    for (int64_t id : ids) {
-      sample.tokens.push_back(id);
-      sample.loss_mask.push_back(0);
-      sample.rollout_log_probs.push_back(0.0f);
-      sample.weight_versions.push_back(-1);
-    }
-    sample.response_length += static_cast<int64_t>(ids.size());
-    sample.response += detokenize(ids);
+    append_non_policy_tokens(sample, ids, detokenize(ids));
     if (remaining_budget(sample) == 0) sample.status = Sample::Status::kTruncated;
     return static_cast<int64_t>(ids.size());
   }

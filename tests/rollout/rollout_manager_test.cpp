@@ -301,7 +301,7 @@ TEST_F(RolloutManagerTest, BadPluginsAndContradictoryOptionsFailAtStartUp) {
                   }),
                   "--custom-generate-function-path");
   opts = options(1, 1, 4);
-  opts.buffer_filter_path = kPlugins + ":newest_first";
+  opts.buffer_filter_path = kPlugins + ":first_token_parity";
   EXPECT_CONTAINS(ooze::testing::error_message_of<ConfigError>([&] {
                     RolloutManager(opts, source, engines_->router(), engines_->tokenizer(),
                                    rewards);

@@ -14,18 +14,6 @@ nlohmann::json first_token_parity(const Sample& sample) {
 }
 OOZE_EXPORT_REWARD(first_token_parity)
 
-// Takes the most recently buffered groups first.
-std::vector<std::vector<Sample>> newest_first(std::vector<std::vector<Sample>>& buffer,
-                                              int64_t num_groups) {
-  std::vector<std::vector<Sample>> taken;
-  while (!buffer.empty() && static_cast<int64_t>(taken.size()) < num_groups) {
-    taken.push_back(std::move(buffer.back()));
-    buffer.pop_back();
-  }
-  return taken;
-}
-OOZE_EXPORT_BUFFER_FILTER(newest_first)
-
 // Two turns with an observation between them: "<obs>" is not the policy's.
 void two_turns(GenerationContext& context, Sample& sample) {
   context.generate(sample, 5);
