@@ -12,6 +12,7 @@
 #include "launcher/foundation_demo_config.h"
 #include "launcher/model_init_command.h"
 #include "launcher/reward_command.h"
+#include "launcher/rollout_command.h"
 #include "launcher/router_command.h"
 #include "launcher/serve_command.h"
 #include "launcher/sft_demo.h"
@@ -37,6 +38,8 @@ const char* kUsage =
     "                 balance requests over several engine servers\n"
     "  reward --rm-type TYPE | --custom-rm-path lib.so:fn [--help]\n"
     "                 score {\"response\", \"label\", \"metadata\"} JSON lines from stdin\n"
+    "  rollout --hf-checkpoint DIR --prompt-data FILE --rm-type TYPE [--help]\n"
+    "                 rollouts and evaluations without training, metrics as JSON lines\n"
     "  start --head [--host IP] [--port P] | start --address HEAD_IP:PORT [--token T]\n"
     "                 start the cluster's head (with a node), or a node joining it\n"
     "  status [--address HEAD_IP:PORT]\n"
@@ -94,6 +97,7 @@ int main(int argc, char** argv) {
     if (command == "serve") return ooze::launcher::run_serve_command(rest);
     if (command == "router") return ooze::launcher::run_router_command(rest);
     if (command == "reward") return ooze::launcher::run_reward_command(rest, std::cin, std::cout);
+    if (command == "rollout") return ooze::launcher::run_rollout_command(rest, std::cout);
     if (command == "start") return ooze::launcher::run_start_command(rest);
     if (command == "status") return ooze::launcher::run_status_command(rest);
     if (command == "stop") return ooze::launcher::run_stop_command(rest);

@@ -286,9 +286,13 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
   Clock::time_point last_progress = start;
   Clock::time_point last_abort = start;
   std::unique_lock<std::mutex> lock(round.mutex);
+  auto all_idle = [&] { return round.jobs.empty() && round.running == 0; };
   while (true) {
-    round.changed.wait_for(lock, std::chrono::milliseconds(200));
-    const bool idle = round.jobs.empty() && round.running == 0;
+    // Wake when everything is idle (at once if it already is), when a stop still has to abort
+    // the engines, or for the periodic duties below.
+    round.changed.wait_for(lock, std::chrono::milliseconds(200),
+                           [&] { return all_idle() || (round.stop && !aborted_engines); });
+    const bool idle = all_idle();
     if (round.stop) {
       // Drain: queued jobs see the stop flag and end at once; running requests
       // were aborted. A request that started just after the abort is caught by

@@ -1,0 +1,148 @@
+#include "launcher/rollout_command.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "core/atomic_file.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "models/tokenizer.h"
+#include "rollout/engine.h"
+#include "rollout/engine_server.h"
+#include "rollout/prompt_dataset.h"
+#include "rollout/prompt_source.h"
+#include "rollout/reward_model.h"
+#include "rollout/rollout_manager.h"
+#include "rollout/router.h"
+#include "rollout/sample_json.h"
+
+namespace ooze::launcher {
+namespace {
+
+ConfigSchema build_schema() {
+  ConfigSchema schema;
+  schema.section("model");
+  schema.add_string("hf_checkpoint", "", "Hugging Face model directory (tokenizer; local engines).")
+      .required();
+  schema.section("engines");
+  schema.add_string_list("engine_urls", {},
+                         "Engine servers (ooze serve) to use; empty: start local engines.");
+  schema.add_int("rollout_num_engines", 1, "Local engines to start when no URL is given.").min(1);
+  schema.add_int("engine_max_running_requests", 64, "Sequences each local engine decodes at once.")
+      .min(1);
+  schema.add_int("engine_kv_cache_memory_mb", 1024, "KV-cache memory of each local engine.").min(1);
+  schema.add_int("engine_threads", 1, "Intra-op CPU threads of each local engine.").min(1);
+  schema.section("output");
+  schema.add_string("save_debug_rollout_data", "",
+                    "Write each rollout's kept samples as JSON lines; {rollout_id} in the path "
+                    "is replaced.");
+  rollout::add_prompt_data_fields(schema);
+  rollout::add_rollout_fields(schema);
+  rollout::add_reward_fields(schema);
+  rollout::add_eval_fields(schema);
+  return schema;
+}
+
+std::string path_for(std::string pattern, int64_t rollout_id) {
+  const std::string key = "{rollout_id}";
+  for (size_t at = pattern.find(key); at != std::string::npos; at = pattern.find(key)) {
+    pattern.replace(at, key.size(), std::to_string(rollout_id));
+  }
+  return pattern;
+}
+
+void save_samples(const std::string& path, const rollout::RolloutResult& result) {
+  std::string lines;
+  for (const auto& group : result.groups) {
+    for (const rollout::Sample& sample : group)
+      lines += rollout::sample_to_json(sample).dump() + "\n";
+  }
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  write_file_atomically(path, lines);
+}
+
+// Local engines, each behind an HTTP server on loopback.
+struct LocalEngines {
+  std::vector<std::unique_ptr<rollout::Engine>> engines;
+  std::vector<std::unique_ptr<rollout::EngineServer>> servers;
+  ~LocalEngines() {
+    servers.clear();  // the servers' exchanges hold their engines
+    engines.clear();
+  }
+};
+
+}  // namespace
+
+int run_rollout_command(const std::vector<std::string>& args, std::ostream& out) {
+  static const ConfigSchema schema = build_schema();
+  const std::optional<Config> config = load_config_from_command_line(schema, args);
+  if (!config) {
+    out << "usage: ooze rollout --hf-checkpoint DIR --prompt-data FILE --rm-type TYPE [flags]\n\n"
+        << schema.help();
+    return 0;
+  }
+  // Everything that can be refused is checked before any engine starts.
+  const std::string model_dir = config->get<std::string>("hf_checkpoint");
+  const models::Tokenizer tokenizer = models::load_tokenizer(model_dir);
+  const rollout::PromptDatasetOptions data_options =
+      rollout::PromptDatasetOptions::from_config(*config);
+  auto dataset = std::make_shared<const rollout::PromptDataset>(data_options, tokenizer);
+  const rollout::EvalOptions eval_options =
+      rollout::EvalOptions::from_config(*config, data_options);
+  std::vector<std::unique_ptr<rollout::PromptDataset>> eval_data;
+  std::vector<std::pair<std::string, const rollout::PromptDataset*>> eval_datasets;
+  for (const rollout::EvalDataset& eval : eval_options.datasets) {
+    eval_data.push_back(std::make_unique<rollout::PromptDataset>(eval.options, tokenizer));
+    eval_datasets.emplace_back(eval.name, eval_data.back().get());
+  }
+  rollout::RewardModel rewards(rollout::RewardOptions::from_config(*config));
+  const rollout::RolloutOptions rollout_options = rollout::RolloutOptions::from_config(*config);
+  const int64_t num_rollout =
+      rollout::num_rollouts(*config, dataset->size(), rollout_options.rollout_batch_size);
+  const std::string save_pattern = config->get<std::string>("save_debug_rollout_data");
+
+  LocalEngines local;
+  rollout::RouterOptions router_options;
+  router_options.engine_urls = config->get<std::vector<std::string>>("engine_urls");
+  if (router_options.engine_urls.empty()) {
+    for (int64_t i = 0; i < config->get<int64_t>("rollout_num_engines"); ++i) {
+      rollout::EngineOptions engine;
+      engine.model_dir = model_dir;
+      engine.max_running_requests = config->get<int64_t>("engine_max_running_requests");
+      engine.kv_cache_memory_mb = config->get<int64_t>("engine_kv_cache_memory_mb");
+      engine.intra_op_threads = static_cast<int>(config->get<int64_t>("engine_threads"));
+      local.engines.push_back(std::make_unique<rollout::Engine>(engine));
+      local.servers.push_back(
+          std::make_unique<rollout::EngineServer>(*local.engines.back(), rollout::ServerOptions{}));
+      router_options.engine_urls.push_back(local.servers.back()->url());
+    }
+  }
+  rollout::Router router(router_options);
+  rollout::PromptSource source(dataset, rollout::PromptSourceOptions::from_config(*config));
+  rollout::RolloutManager manager(rollout_options, source, router, tokenizer, rewards);
+
+  auto evaluate = [&](int64_t rollout_id) {
+    nlohmann::json line = manager.evaluate(eval_datasets, eval_options);
+    line["rollout_id"] = rollout_id;
+    out << line.dump() << std::endl;
+  };
+  for (int64_t rollout_id = 0; rollout_id < num_rollout; ++rollout_id) {
+    if (!eval_datasets.empty() && eval_options.eval_interval > 0 &&
+        rollout_id % eval_options.eval_interval == 0) {
+      evaluate(rollout_id);
+    }
+    rollout::RolloutResult result = manager.generate(rollout_id);
+    if (!save_pattern.empty()) save_samples(path_for(save_pattern, rollout_id), result);
+    nlohmann::json line = result.metrics;
+    line["rollout_id"] = rollout_id;
+    out << line.dump() << std::endl;
+  }
+  if (!eval_datasets.empty() && eval_options.eval_interval > 0) evaluate(num_rollout);
+  return 0;
+}
+
+}  // namespace ooze::launcher
