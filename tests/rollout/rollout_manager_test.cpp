@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <set>
 
 #include "rollout/sample_json.h"
 #include "tests/rollout/served_engines.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/process.h"
 
 namespace ooze::rollout {
 namespace {
@@ -271,6 +273,44 @@ TEST_F(RolloutManagerTest, EvaluationReportsMeanRewardAndPassAtK) {
   EXPECT_LE(metrics.at("eval/toy/pass@1"), metrics.at("eval/toy/pass@2"));
   EXPECT_LE(metrics.at("eval/toy/pass@2"), metrics.at("eval/toy/pass@4"));
   EXPECT_EQ(metrics.count("eval/toy/pass@8"), 0u);
+}
+
+TEST_F(RolloutManagerTest, AFailingRewardFailsTheRolloutNamingSampleAndPlugin) {
+  auto data = dataset(engines_->tokenizer(), 6, "failing.jsonl");
+  PromptSource source(data);
+  RewardOptions failing;
+  failing.custom_rm_path = kPlugins + ":throws_on_sample_three";
+  RewardModel rewards(failing);
+  RolloutManager manager(options(2, 2, 4), source, engines_->router(), engines_->tokenizer(),
+                         rewards);
+  const std::string message =
+      ooze::testing::error_message_of<PluginError>([&] { manager.generate(0); });
+  EXPECT_CONTAINS(message, "sample 3");
+  EXPECT_CONTAINS(message, "throws_on_sample_three");
+  EXPECT_CONTAINS(message, "no label I can read");
+  // Nothing is left running on the engines: the next rollout goes through.
+  PromptSource next_source(data);
+  RewardModel parity = parity_reward();
+  RolloutManager next(options(2, 2, 4), next_source, engines_->router(), engines_->tokenizer(),
+                      parity);
+  EXPECT_EQ(next.generate(0).groups.size(), 2u);
+}
+
+TEST(RolloutManagerNoEngineTest, NoLiveEngineFailsTheRolloutInsteadOfWaiting) {
+  testing::ServedEngines engines(1);  // for the tokenizer and the data
+  auto data = dataset(engines.tokenizer(), 4, "dead.jsonl");
+  PromptSource source(data);
+  RewardModel rewards = parity_reward();
+  RouterOptions dead;
+  dead.engine_urls = {"http://127.0.0.1:" + std::to_string(ooze::testing::pick_free_port())};
+  dead.health_check_interval_s = 3600;
+  dead.connect_timeout_s = 1;
+  Router router(dead);
+  RolloutManager manager(options(2, 2, 4), source, router, engines.tokenizer(), rewards);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_CONTAINS(ooze::testing::error_message_of<Error>([&] { manager.generate(0); }),
+                  dead.engine_urls[0]);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST(PassAtKTest, MatchesTheCombinatorialDefinition) {

@@ -1,4 +1,5 @@
 // Plugins the rollout manager tests load: built as a shared library the way a user builds one.
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,3 +24,10 @@ void two_turns(GenerationContext& context, Sample& sample) {
   sample.metrics["turns"] = 2;
 }
 OOZE_EXPORT_GENERATE(two_turns)
+
+// Fails on one sample, to show what a broken reward does to a rollout.
+nlohmann::json throws_on_sample_three(const Sample& sample) {
+  if (sample.index == 3) throw std::runtime_error("no label I can read");
+  return 1.0;
+}
+OOZE_EXPORT_REWARD(throws_on_sample_three)
