@@ -56,11 +56,9 @@ class EngineTest : public ::testing::Test {
     std::vector<int64_t> out;
     for (int64_t k = 0; k < steps; ++k) {
       const int64_t n = static_cast<int64_t>(ids.size());
-      torch::Tensor hidden =
-          (*reference_)
-              ->forward(
-                  torch::tensor(ids, torch::kLong), torch::arange(n, torch::kLong),
-                  torch::tensor(std::vector<int32_t>{0, static_cast<int32_t>(n)}, torch::kInt));
+      torch::Tensor hidden = (*reference_)->forward(
+          torch::tensor(ids, torch::kLong), torch::arange(n, torch::kLong),
+          torch::tensor(std::vector<int32_t>{0, static_cast<int32_t>(n)}, torch::kInt));
       const int64_t next = (*reference_)->logits(hidden[n - 1]).argmax().item<int64_t>();
       out.push_back(next);
       ids.push_back(next);
@@ -189,10 +187,9 @@ TEST_F(EngineTest, LogProbsMatchTheTrainersComputationAtTheSameTemperature) {
     all.insert(all.end(), out.output_ids.begin(), out.output_ids.end());
     const int64_t n = static_cast<int64_t>(all.size()), p = 21;
     torch::NoGradGuard no_grad;
-    torch::Tensor hidden =
-        (*reference_)
-            ->forward(torch::tensor(all, torch::kLong), torch::arange(n, torch::kLong),
-                      torch::tensor(std::vector<int32_t>{0, static_cast<int32_t>(n)}, torch::kInt));
+    torch::Tensor hidden = (*reference_)->forward(
+        torch::tensor(all, torch::kLong), torch::arange(n, torch::kLong),
+        torch::tensor(std::vector<int32_t>{0, static_cast<int32_t>(n)}, torch::kInt));
     // Position i predicts token i + 1: the outputs are predicted by positions p-1 .. n-2.
     torch::Tensor targets = torch::tensor(out.output_ids, torch::kLong);
     models::TokenLogProbs expected = models::compute_token_log_probs(
@@ -337,7 +334,8 @@ TEST_F(EngineTest, EosFromGenerationConfigFinishesUnlessIgnored) {
   const fs::path copy = fs::path(*dir_ + "-eos");
   fs::remove_all(copy);
   fs::copy(*dir_, copy);
-  std::ofstream(copy / "generation_config.json") << "{\"eos_token_id\": [258, " << eos << "]}";
+  std::ofstream(copy / "generation_config.json")
+      << "{\"eos_token_id\": [258, " << eos << "]}";
   EngineOptions o = options();
   o.model_dir = copy.string();
   Engine engine(o);
@@ -504,8 +502,8 @@ TEST_F(EngineTest, LoadWeightsChangesTheModelAndTheVersion) {
 
   EXPECT_CONTAINS(ooze::testing::error_message_of<Error>([&] { engine.load_weights({}, 1); }),
                   "not newer");
-  std::vector<std::pair<std::string, at::Tensor>> bad = {{"model.norm.weight", torch::ones({3})},
-                                                         {"model.nonsense", torch::ones({1})}};
+  std::vector<std::pair<std::string, at::Tensor>> bad = {
+      {"model.norm.weight", torch::ones({3})}, {"model.nonsense", torch::ones({1})}};
   const std::string message =
       ooze::testing::error_message_of<FormatError>([&] { engine.load_weights(bad, 2); });
   EXPECT_CONTAINS(message, "model.norm.weight");
