@@ -6,13 +6,11 @@ namespace ooze::rollout {
 
 void add_reward_fields(ConfigSchema& schema) {
   schema.section("reward");
-  schema.add_string("rm_type", "",
-                    "Built-in reward (math, deepscaler, dapo, f1, gpqa, "
-                    "random, boxed_<type>) or "
-                    "remote_rm.");
+  schema.add_string(
+      "rm_type", "",
+      "Built-in reward (math, deepscaler, dapo, f1, gpqa, random, boxed_<type>) or remote_rm.");
   schema.add_string("custom_rm_path", "",
-                    "lib.so:function, a reward or batched reward plugin (wins "
-                    "over --rm-type).");
+                    "lib.so:function, a reward or batched reward plugin (wins over --rm-type).");
   schema.add_bool("group_rm", false, "A batched reward function scores each group as it ends.");
   schema.add_string("reward_key", "", "The scalar field of object rewards (dapo: score).");
   schema.add_string("rm_url", "", "The remote reward model's URL (--rm-type remote_rm).");
@@ -57,8 +55,7 @@ RewardModel::RewardModel(RewardOptions options) : options_(std::move(options)) {
     source_ = "--rm-type remote_rm (" + options_.remote.url + ")";
   } else if (options_.rm_type.empty()) {
     throw ConfigError(
-        "no reward: give --rm-type (a built-in rule or "
-        "remote_rm) or --custom-rm-path");
+        "no reward: give --rm-type (a built-in rule or remote_rm) or --custom-rm-path");
   } else {
     if (!is_builtin_reward_type(options_.rm_type)) {
       std::string known;

@@ -14,102 +14,8 @@
 namespace ooze::rollout {
 
 // ---------------------------------------------------------------------------------------------
-// Options
-
-void add_rollout_fields(ConfigSchema& schema) {
-  schema.section("rollout");
-  schema.add_int("rollout_batch_size", 32, "Prompts (groups) per rollout.").min(1);
-  schema.add_int("n_samples_per_prompt", 8, "Samples per prompt.").min(1);
-  schema
-      .add_int("over_sampling_batch_size", 0,
-               "Prompts started per round of dynamic sampling; 0: the rollout "
-               "batch size.")
-      .min(0);
-  schema.add_string("dynamic_sampling_filter_path", "",
-                    "Drop finished groups: nonzero_std (rewards that all agree), or "
-                    "lib.so:function; empty: keep every group.");
-  schema
-      .add_int("dynamic_sampling_max_rounds", 16,
-               "Rounds of over-sampling a rollout may draw before it gives up.")
-      .min(1);
-  schema.add_bool("partial_rollout", false,
-                  "Keep aborted groups and continue them in the next rollout.");
-  schema.add_string("buffer_filter_path", "",
-                    "lib.so:function choosing the buffered groups a rollout "
-                    "continues; empty: "
-                    "oldest first.");
-  schema.add_string("custom_generate_function_path", "",
-                    "lib.so:function generating each sample (multi-turn, tools).");
-  schema.add_int("rollout_concurrency", 512, "Engine requests in flight at once.").min(1);
-  schema
-      .add_double("rollout_progress_interval", 30.0,
-                  "Seconds between progress lines of a rollout; 0: none.")
-      .min(0);
-  add_rollout_sampling_fields(schema);
-  schema.add_check("over_sampling", [](const Config& config) -> std::string {
-    const int64_t over = config.get<int64_t>("over_sampling_batch_size");
-    const int64_t batch = config.get<int64_t>("rollout_batch_size");
-    if (over != 0 && over < batch) {
-      return "over_sampling_batch_size = " + std::to_string(over) +
-             " is smaller than rollout_batch_size = " + std::to_string(batch);
-    }
-    return "";
-  });
-}
-
-RolloutOptions RolloutOptions::from_config(const Config& config) {
-  RolloutOptions options;
-  options.rollout_batch_size = config.get<int64_t>("rollout_batch_size");
-  options.n_samples_per_prompt = config.get<int64_t>("n_samples_per_prompt");
-  options.over_sampling_batch_size = config.get<int64_t>("over_sampling_batch_size");
-  options.dynamic_sampling_filter_path = config.get<std::string>("dynamic_sampling_filter_path");
-  options.dynamic_sampling_max_rounds = config.get<int64_t>("dynamic_sampling_max_rounds");
-  options.partial_rollout = config.get<bool>("partial_rollout");
-  options.buffer_filter_path = config.get<std::string>("buffer_filter_path");
-  options.custom_generate_function_path = config.get<std::string>("custom_generate_function_path");
-  options.concurrency = config.get<int64_t>("rollout_concurrency");
-  options.progress_interval_s = config.get<double>("rollout_progress_interval");
-  options.sampling = RolloutSampling::from_config(config);
-  return options;
-}
-
-void add_eval_fields(ConfigSchema& schema) {
-  schema.section("eval");
-  schema.add_string_list("eval_prompt_data", {},
-                         "Evaluation datasets as NAME,FILE pairs (name1,file1,name2,file2).");
-  schema.add_int("eval_interval", 0, "Evaluate every this many rollouts; 0: never.").min(0);
-  schema.add_int("n_samples_per_eval_prompt", 1, "Samples per evaluation prompt.").min(1);
-  schema.add_bool("log_passrate", false, "Report pass@k (k = 1, 2, 4, ...) per eval dataset.");
-  schema.add_check("eval_prompt_data_pairs", [](const Config& config) -> std::string {
-    const auto pairs = config.get<std::vector<std::string>>("eval_prompt_data");
-    if (pairs.size() % 2 != 0) {
-      return "eval_prompt_data must list NAME,FILE pairs; got " + std::to_string(pairs.size()) +
-             " entries";
-    }
-    return "";
-  });
-}
-
-EvalOptions EvalOptions::from_config(const Config& config, const PromptDatasetOptions& data) {
-  EvalOptions options;
-  const auto pairs = config.get<std::vector<std::string>>("eval_prompt_data");
-  for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
-    EvalDataset dataset{pairs[i], data};
-    dataset.options.path = pairs[i + 1];
-    dataset.options.flags.path = "--eval-prompt-data " + pairs[i];
-    options.datasets.push_back(std::move(dataset));
-  }
-  options.eval_interval = config.get<int64_t>("eval_interval");
-  options.n_samples_per_eval_prompt = config.get<int64_t>("n_samples_per_eval_prompt");
-  options.log_passrate = config.get<bool>("log_passrate");
-  options.sampling = RolloutSampling::eval_from_config(config);
-  return options;
-}
-
-// ---------------------------------------------------------------------------------------------
-// A round of concurrent generation: groups, the jobs that generate them, and
-// what became of each group. Workers take jobs; the one that finishes a group's
-// last job scores and judges it.
+// A round of concurrent generation: groups, the jobs that generate them, and what became of each
+// group. Workers take jobs; the one that finishes a group's last job scores and judges it.
 
 struct RolloutManager::Round {
   static constexpr int64_t kWholeGroup = -1;  // one request of n samples for a fresh group
@@ -190,8 +96,7 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
     }
   };
 
-  // The end of a group's generation: score, judge, count. Runs on the worker
-  // that finished it.
+  // The end of a group's generation: score, judge, count. Runs on the worker that finished it.
   auto finish_group = [&](size_t g) {
     std::vector<Sample>& group = round.groups[g];
     plugin::FilterDecision decision;
@@ -294,9 +199,8 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
                            [&] { return all_idle() || (round.stop && !aborted_engines); });
     const bool idle = all_idle();
     if (round.stop) {
-      // Drain: queued jobs see the stop flag and end at once; running requests
-      // were aborted. A request that started just after the abort is caught by
-      // the next one.
+      // Drain: queued jobs see the stop flag and end at once; running requests were aborted. A
+      // request that started just after the abort is caught by the next one.
       if (idle) break;
       if (!aborted_engines || Clock::now() - last_abort > std::chrono::milliseconds(500)) {
         aborted_engines = true;
@@ -311,13 +215,12 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
       if (round.target < 0 || round.kept >= round.target) break;
       // Every group finished and too few were kept: draw another round.
       if (rounds >= options_.dynamic_sampling_max_rounds) {
-        round.error = std::make_exception_ptr(
-            Error("dynamic sampling kept " + std::to_string(round.kept) + " of " +
-                  std::to_string(round.groups.size()) + " groups in " + std::to_string(rounds) +
-                  " rounds, short of --rollout-batch-size " + std::to_string(round.target) +
-                  " (--dynamic-sampling-filter-path " + options_.dynamic_sampling_filter_path +
-                  " drops too much; raise --over-sampling-batch-size or "
-                  "--dynamic-sampling-max-rounds)"));
+        round.error = std::make_exception_ptr(Error(
+            "dynamic sampling kept " + std::to_string(round.kept) + " of " +
+            std::to_string(round.groups.size()) + " groups in " + std::to_string(rounds) +
+            " rounds, short of --rollout-batch-size " + std::to_string(round.target) +
+            " (--dynamic-sampling-filter-path " + options_.dynamic_sampling_filter_path +
+            " drops too much; raise --over-sampling-batch-size or --dynamic-sampling-max-rounds)"));
         break;
       }
       ++rounds;
@@ -364,11 +267,8 @@ RolloutManager::RolloutManager(RolloutOptions options, PromptSource& source, Rou
   if (!options_.dynamic_sampling_filter_path.empty()) {
     if (rewards_.scores_whole_rollout()) {
       throw ConfigError(
-          "--dynamic-sampling-filter-path needs each group's "
-          "rewards as it finishes, but the "
-          "batched reward function of --custom-rm-path scores "
-          "the whole rollout: add "
-          "--group-rm");
+          "--dynamic-sampling-filter-path needs each group's rewards as it finishes, but the "
+          "batched reward function of --custom-rm-path scores the whole rollout: add --group-rm");
     }
     filter_.emplace(options_.dynamic_sampling_filter_path, rewards_.options().reward_key);
   }
@@ -428,9 +328,8 @@ RolloutResult RolloutManager::generate(int64_t rollout_id) {
 
   Round round;
   round.filter = filter_ ? &*filter_ : nullptr;
-  // Stop early only when more groups run than the batch needs (over-sampling,
-  // or a filter that may drop some); otherwise every group is kept and all must
-  // finish.
+  // Stop early only when more groups run than the batch needs (over-sampling, or a filter that
+  // may drop some); otherwise every group is kept and all must finish.
   round.target = (first_round > batch || round.filter) ? batch : -1;
   SampleGenerator generator(router_, tokenizer_, options_.sampling, &round.stop);
 
@@ -551,8 +450,7 @@ void RolloutManager::restore(const nlohmann::json& state) {
   if (!state.is_object() || !state.contains("prompt_source") ||
       !state.contains("partial_rollout_buffer")) {
     throw FormatError(
-        "rollout state: expected an object with prompt_source and "
-        "partial_rollout_buffer");
+        "rollout state: expected an object with prompt_source and partial_rollout_buffer");
   }
   std::vector<std::vector<Sample>> buffer = groups_from_json(state.at("partial_rollout_buffer"));
   source_.restore(state.at("prompt_source"), "rollout state");
