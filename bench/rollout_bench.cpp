@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_line.h"
 #include "core/error.h"
 #include "models/hf_checkpoint.h"
 #include "models/kv_cache.h"
@@ -48,6 +49,8 @@ namespace fs = std::filesystem;
 namespace models = ooze::models;
 namespace rollout = ooze::rollout;
 
+using ooze::bench::print_line;
+
 namespace {
 
 constexpr int64_t kMaxRunning = 64;
@@ -55,24 +58,6 @@ constexpr int64_t kBlockSize = 16;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string number(std::optional<double> value) {
-  if (!value || !std::isfinite(*value)) return "null";
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.6g", *value);
-  return text;
-}
-
-void print_line(const std::string& bench, const std::string& metric, double value,
-                const std::string& unit, std::optional<double> baseline,
-                std::optional<double> ratio) {
-  std::printf(
-      "{\"bench\": \"%s\", \"metric\": \"%s\", \"value\": %s, \"unit\": \"%s\", "
-      "\"baseline\": %s, \"ratio\": %s}\n",
-      bench.c_str(), metric.c_str(), number(value).c_str(), unit.c_str(), number(baseline).c_str(),
-      number(ratio).c_str());
-  std::fflush(stdout);
 }
 
 // The model directory, written by models::init_hf_model and removed at exit.

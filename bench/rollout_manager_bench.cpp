@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_line.h"
 #include "core/error.h"
 #include "models/model_init.h"
 #include "models/tokenizer.h"
@@ -46,30 +47,14 @@ namespace fs = std::filesystem;
 namespace models = ooze::models;
 namespace rollout = ooze::rollout;
 
+using ooze::bench::print_line;
+
 namespace {
 
 constexpr int kEngines = 2;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string number(std::optional<double> value) {
-  if (!value || !std::isfinite(*value)) return "null";
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.6g", *value);
-  return text;
-}
-
-void print_line(const std::string& bench, const std::string& metric, double value,
-                const std::string& unit, std::optional<double> baseline,
-                std::optional<double> ratio) {
-  std::printf(
-      "{\"bench\": \"%s\", \"metric\": \"%s\", \"value\": %s, \"unit\": \"%s\", "
-      "\"baseline\": %s, \"ratio\": %s}\n",
-      bench.c_str(), metric.c_str(), number(value).c_str(), unit.c_str(), number(baseline).c_str(),
-      number(ratio).c_str());
-  std::fflush(stdout);
 }
 
 // A temporary directory with the model and the prompt file, removed at exit.
