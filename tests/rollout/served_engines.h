@@ -4,6 +4,9 @@
 
 #include <ATen/Parallel.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -54,9 +57,12 @@ class ServedEngines {
   std::unique_ptr<models::Tokenizer> tokenizer_;
 };
 
-// Writes `lines` to a fresh file under the temp directory and returns its path.
+// Writes `lines` to `name` in a directory of this process's own under the temp directory (CTest
+// runs tests of one binary as concurrent processes) and returns its path.
 inline std::string write_lines(const std::string& name, const std::vector<std::string>& lines) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string dir = ::testing::TempDir() + "/ooze-rollout-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + name;
   std::ofstream out(path);
   for (const std::string& line : lines) out << line << "\n";
   return path;
