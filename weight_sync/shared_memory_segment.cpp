@@ -1,0 +1,270 @@
+#include "weight_sync/shared_memory_segment.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace ooze::weight_sync {
+
+struct SharedMemorySegment::Mapping {
+  void* address = nullptr;
+  size_t size = 0;
+  Mapping(void* address, size_t size) : address(address), size(size) {}
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() { munmap(address, size); }
+};
+
+namespace {
+
+constexpr size_t kMaxPrefixLength = 200;  // leaves room for pid, counter and random in NAME_MAX
+constexpr int kCreateAttempts = 8;
+
+std::atomic<uint64_t> next_segment{0};
+
+std::string describe(const std::string& name, int64_t nbytes) {
+  return "shared memory segment " + name + " (" + std::to_string(nbytes) + " bytes)";
+}
+
+[[noreturn]] void fail(const std::string& name, int64_t nbytes, const std::string& what, int error,
+                       const std::string& advice = "") {
+  std::string message = "cannot " + what + " " + describe(name, nbytes);
+  if (error != 0) message += ": " + std::string(std::strerror(error));
+  if (!advice.empty()) message += "; " + advice;
+  throw IoError(message);
+}
+
+void check_prefix(const std::string& prefix) {
+  bool valid = !prefix.empty() && prefix.size() <= kMaxPrefixLength;
+  for (char c : prefix) {
+    valid =
+        valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
+  }
+  if (!valid) {
+    throw IoError("invalid shared memory segment name prefix '" + prefix + "': use 1 to " +
+                  std::to_string(kMaxPrefixLength) +
+                  " letters, digits, '.', '_' or '-' (no '/'), e.g. \"" + kSegmentPrefix + "\"");
+  }
+}
+
+void check_size(const std::string& name, int64_t nbytes) {
+  if (nbytes < 0) fail(name, nbytes, "use", 0, "a segment holds zero or more bytes");
+}
+
+std::string random_hex() {
+  uint32_t value;
+  try {
+    value = std::random_device{}();
+  } catch (const std::exception&) {  // no entropy source: the pid and counter still make it unique
+    value = static_cast<uint32_t>(clock());
+  }
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08x", value);
+  return text;
+}
+
+// Closes a descriptor on every path out of a scope.
+struct FileDescriptor {
+  int fd;
+  ~FileDescriptor() { close(fd); }
+};
+
+// Reserves the pages now: on tmpfs, writing past what /dev/shm can hold raises SIGBUS, while
+// this reports ENOSPC.
+int reserve(int fd, int64_t nbytes) {
+  int error;
+  do {
+    error = posix_fallocate(fd, 0, static_cast<off_t>(nbytes));
+  } while (error == EINTR);
+  return error;
+}
+
+// The <pid> of "<head><pid>-...", or -1 when `file` does not have that form.
+pid_t creator_pid(const std::string& file, const std::string& head) {
+  if (file.compare(0, head.size(), head) != 0) return -1;
+  size_t begin = head.size();
+  size_t end = begin;
+  while (end < file.size() && std::isdigit(static_cast<unsigned char>(file[end]))) ++end;
+  if (end == begin || end - begin > 9 || end >= file.size() || file[end] != '-') return -1;
+  return static_cast<pid_t>(std::stol(file.substr(begin, end - begin)));
+}
+
+bool process_is_running(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // A zombie has exited; its segments are as stale as those of a reaped process.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (std::getline(stat, line)) {
+    size_t command_end = line.rfind(')');
+    if (command_end != std::string::npos && command_end + 2 < line.size()) {
+      char state = line[command_end + 2];
+      if (state == 'Z' || state == 'X') return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+SharedMemorySegment SharedMemorySegment::create(int64_t nbytes, const std::string& name_prefix) {
+  check_prefix(name_prefix);
+  check_size("/" + name_prefix + "-...", nbytes);
+  std::string base = "/" + name_prefix + "-" + std::to_string(getpid()) + "-";
+  std::string name;
+  int fd = -1;
+  for (int attempt = 1; fd < 0; ++attempt) {
+    name = base + std::to_string(next_segment++) + "-" + random_hex();
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && (errno != EEXIST || attempt == kCreateAttempts)) {
+      fail(name, nbytes, "create", errno, "check that /dev/shm is mounted and writable");
+    }
+  }
+  FileDescriptor closer{fd};
+  // From here on, a throw destroys `segment`, whose destructor unlinks the new name.
+  SharedMemorySegment segment;
+  segment.name_ = name;
+  segment.size_ = nbytes;
+  segment.creator_ = true;
+  if (ftruncate(fd, static_cast<off_t>(nbytes)) != 0) fail(name, nbytes, "size", errno);
+  if (nbytes == 0) return segment;  // mmap refuses 0 bytes; there is nothing to map
+  if (int error = reserve(fd, nbytes)) {
+    fail(name, nbytes, "reserve memory for", error,
+         "/dev/shm is too small or full (df -h /dev/shm; in a container raise --shm-size) or the "
+         "bucket size is too large");
+  }
+  void* address = mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (address == MAP_FAILED) fail(name, nbytes, "map", errno);
+  segment.mapping_ = std::make_shared<Mapping>(address, static_cast<size_t>(nbytes));
+  return segment;
+}
+
+SharedMemorySegment SharedMemorySegment::open(const std::string& name, int64_t nbytes) {
+  if (name.size() < 2 || name.size() > NAME_MAX || name[0] != '/' ||
+      name.find('/', 1) != std::string::npos) {
+    fail(name, nbytes, "open", 0,
+         "a segment name is '/' followed by up to " + std::to_string(NAME_MAX - 1) +
+             " characters other than '/', as SharedMemorySegment::name() returns it");
+  }
+  check_size(name, nbytes);
+  int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) {
+    int error = errno;
+    fail(name, nbytes, "open", error,
+         error == ENOENT ? "it was never created or its creator already unlinked it (receivers "
+                           "must open a segment before the creator calls unlink())"
+                         : "");
+  }
+  FileDescriptor closer{fd};
+  struct stat info {};
+  if (fstat(fd, &info) != 0) fail(name, nbytes, "inspect", errno);
+  if (static_cast<int64_t>(info.st_size) != nbytes) {
+    fail(name, nbytes, "open", 0,
+         "it holds " + std::to_string(info.st_size) +
+             " bytes; the creator and the receiver disagree on the size");
+  }
+  SharedMemorySegment segment;
+  segment.name_ = name;
+  segment.size_ = nbytes;
+  if (nbytes == 0) return segment;
+  // Private and writable: in-place writes to received views stay in this process (copy on
+  // write, page by page). Not MAP_POPULATE, which on such a mapping would copy every page now.
+  void* address =
+      mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  if (address == MAP_FAILED) fail(name, nbytes, "map", errno);
+  segment.mapping_ = std::make_shared<Mapping>(address, static_cast<size_t>(nbytes));
+  return segment;
+}
+
+SharedMemorySegment::~SharedMemorySegment() {
+  if (creator_ && !unlinked_) shm_unlink(name_.c_str());
+}
+
+SharedMemorySegment::SharedMemorySegment(SharedMemorySegment&& other) noexcept
+    : name_(std::move(other.name_)),
+      size_(other.size_),
+      mapping_(std::move(other.mapping_)),
+      creator_(other.creator_),
+      unlinked_(other.unlinked_) {
+  other.name_.clear();
+  other.size_ = 0;
+  other.creator_ = false;
+  other.unlinked_ = false;
+}
+
+SharedMemorySegment& SharedMemorySegment::operator=(SharedMemorySegment&& other) noexcept {
+  if (this != &other) {
+    if (creator_ && !unlinked_) shm_unlink(name_.c_str());
+    name_ = std::move(other.name_);
+    size_ = other.size_;
+    mapping_ = std::move(other.mapping_);
+    creator_ = other.creator_;
+    unlinked_ = other.unlinked_;
+    other.name_.clear();
+    other.size_ = 0;
+    other.creator_ = false;
+    other.unlinked_ = false;
+  }
+  return *this;
+}
+
+void* SharedMemorySegment::data() const { return mapping_ ? mapping_->address : nullptr; }
+
+at::Tensor SharedMemorySegment::as_tensor() const {
+  auto options = at::TensorOptions().dtype(at::kByte).device(at::kCPU);
+  if (!mapping_) return at::empty({0}, options);
+  std::shared_ptr<Mapping> keep_alive = mapping_;
+  return at::from_blob(
+      keep_alive->address, {size_}, [keep_alive](void*) {}, options);
+}
+
+void SharedMemorySegment::unlink() {
+  if (name_.empty() || unlinked_) return;
+  if (shm_unlink(name_.c_str()) != 0 && errno != ENOENT) fail(name_, size_, "unlink", errno);
+  unlinked_ = true;
+}
+
+int64_t cleanup_stale_segments(const std::string& name_prefix) {
+  check_prefix(name_prefix);
+  const std::string head = name_prefix + "-";
+  const pid_t self = getpid();
+  // Names first, then unlinks: the directory is not modified while it is being read.
+  std::vector<std::string> stale;
+  std::error_code error;
+  std::filesystem::directory_iterator entry("/dev/shm", error);
+  for (; !error && entry != std::filesystem::directory_iterator(); entry.increment(error)) {
+    std::string file = entry->path().filename().string();
+    pid_t pid = creator_pid(file, head);
+    if (pid > 0 && pid != self && !process_is_running(pid)) stale.push_back(file);
+  }
+  int64_t removed = 0;
+  for (const std::string& file : stale) {
+    if (shm_unlink(("/" + file).c_str()) == 0) ++removed;
+  }
+  if (removed > 0) {
+    OOZE_LOG(INFO) << "removed " << removed << " shared memory segment(s) /dev/shm/" << head
+                   << "* left behind by processes that exited";
+  }
+  return removed;
+}
+
+}  // namespace ooze::weight_sync
