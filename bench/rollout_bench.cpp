@@ -32,7 +32,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/bench_line.h"
+#include "bench/bench_support.h"
 #include "core/error.h"
 #include "models/hf_checkpoint.h"
 #include "models/kv_cache.h"
@@ -50,26 +50,18 @@ namespace models = ooze::models;
 namespace rollout = ooze::rollout;
 
 using ooze::bench::print_line;
+using ooze::bench::ScopedTempDir;
+using ooze::bench::seconds_since;
 
 namespace {
 
 constexpr int64_t kMaxRunning = 64;
 constexpr int64_t kBlockSize = 16;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // The model directory, written by models::init_hf_model and removed at exit.
 class BenchModel {
  public:
-  BenchModel() {
-    std::string pattern = (fs::temp_directory_path() / "ooze-rollout-bench-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      throw ooze::IoError("cannot create a temporary directory under " +
-                          fs::temp_directory_path().string());
-    }
-    dir_ = pattern;
+  BenchModel() : dir_("ooze-rollout-bench") {
     models::ModelInitOptions options;
     options.arch = "qwen3";
     options.hidden_size = 512;
@@ -82,22 +74,16 @@ class BenchModel {
     options.tie_embeddings = true;
     options.dtype = "float32";
     options.tokenizer = "byte";
-    options.out_dir = (fs::path(dir_) / "model").string();
+    options.out_dir = model_dir();
     options.seed = 1;
     config_ = models::init_hf_model(options);
   }
-  ~BenchModel() {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  BenchModel(const BenchModel&) = delete;
-  BenchModel& operator=(const BenchModel&) = delete;
 
-  std::string model_dir() const { return (fs::path(dir_) / "model").string(); }
+  std::string model_dir() const { return dir_.path("model"); }
   const models::ModelConfig& config() const { return config_; }
 
  private:
-  std::string dir_;
+  ScopedTempDir dir_;
   models::ModelConfig config_;
 };
 

@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/bench_line.h"
+#include "bench/bench_support.h"
 #include "core/error.h"
 #include "models/model_init.h"
 #include "models/tokenizer.h"
@@ -48,39 +48,12 @@ namespace models = ooze::models;
 namespace rollout = ooze::rollout;
 
 using ooze::bench::print_line;
+using ooze::bench::ScopedTempDir;
+using ooze::bench::seconds_since;
 
 namespace {
 
 constexpr int kEngines = 2;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// A temporary directory with the model and the prompt file, removed at exit.
-class BenchFiles {
- public:
-  BenchFiles() {
-    std::string pattern =
-        (fs::temp_directory_path() / "ooze-rollout-manager-bench-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      throw ooze::IoError("cannot create a temporary directory under " +
-                          fs::temp_directory_path().string());
-    }
-    dir_ = pattern;
-  }
-  ~BenchFiles() {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  BenchFiles(const BenchFiles&) = delete;
-  BenchFiles& operator=(const BenchFiles&) = delete;
-
-  std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
-
- private:
-  std::string dir_;
-};
 
 // Two engines, each behind its HTTP server, and the router in front of them.
 class ServedModel {
@@ -124,7 +97,7 @@ class ServedModel {
   std::unique_ptr<models::Tokenizer> tokenizer_;
 };
 
-std::shared_ptr<const rollout::PromptDataset> write_dataset(const BenchFiles& files, int prompts,
+std::shared_ptr<const rollout::PromptDataset> write_dataset(const ScopedTempDir& files, int prompts,
                                                             const models::Tokenizer& tokenizer) {
   const std::string path = files.path("prompts.jsonl");
   std::ofstream out(path);
@@ -303,7 +276,7 @@ void bench_dynamic_sampling(ServedModel& served,
 
 int main() {
   at::set_num_threads(1);
-  BenchFiles files;
+  ScopedTempDir files("ooze-rollout-manager-bench");
   models::ModelInitOptions model;
   model.arch = "qwen3";
   model.hidden_size = 128;

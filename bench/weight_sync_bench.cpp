@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_line.h"
+#include "bench/bench_support.h"
 #include "weight_sync/bucket.h"
 
 namespace {
@@ -26,9 +26,7 @@ namespace {
 using ooze::weight_sync::BucketManifest;
 using ooze::weight_sync::TensorSpec;
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
+using ooze::bench::seconds_since;
 
 // Qwen3-0.6B's tensors in Hugging Face order (tied embeddings, so no lm_head).
 std::vector<TensorSpec> qwen3_0_6b_specs() {
