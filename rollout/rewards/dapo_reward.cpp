@@ -19,14 +19,16 @@ bool starts_with_ignoring_case(const std::string& text, size_t pos, const std::s
   return true;
 }
 
-// Every "\open...}" (one line, up to the first '}') -> its content, left to right.
-std::string unwrap_first_brace(const std::string& text, const std::string& open) {
+// Every `open` whose closing '}' `find_close(content)` finds (npos: none) -> its content, left to
+// right; an occurrence without one is kept as it is.
+template <typename FindClose>
+std::string unwrap(const std::string& text, const std::string& open, FindClose find_close) {
   std::string result;
   size_t pos = 0;
   for (size_t found = text.find(open); found != std::string::npos; found = text.find(open, pos)) {
     const size_t content = found + open.size();
-    const size_t close = text.find_first_of("}\n", content);
-    if (close != std::string::npos && text[close] == '}') {
+    const size_t close = find_close(content);
+    if (close != std::string::npos) {
       result.append(text, pos, found - pos);
       result.append(text, content, close - content);
       pos = close + 1;
@@ -39,26 +41,21 @@ std::string unwrap_first_brace(const std::string& text, const std::string& open)
   return result;
 }
 
+// Every "\open...}" (one line, up to the first '}') -> its content.
+std::string unwrap_first_brace(const std::string& text, const std::string& open) {
+  return unwrap(text, open, [&](size_t content) {
+    const size_t close = text.find_first_of("}\n", content);
+    return close != std::string::npos && text[close] == '}' ? close : std::string::npos;
+  });
+}
+
 // Every "\boxed{...}" -> its content up to the last '}' of its line.
 std::string unwrap_boxed_greedy(const std::string& text) {
-  const std::string open = "\\boxed{";
-  std::string result;
-  size_t pos = 0;
-  for (size_t found = text.find(open); found != std::string::npos; found = text.find(open, pos)) {
-    const size_t content = found + open.size();
+  return unwrap(text, "\\boxed{", [&](size_t content) {
     const size_t line_end = std::min(text.find('\n', content), text.size());
     const size_t close = line_end > content ? text.rfind('}', line_end - 1) : std::string::npos;
-    if (close != std::string::npos && close >= content) {
-      result.append(text, pos, found - pos);
-      result.append(text, content, close - content);
-      pos = close + 1;
-    } else {
-      result.append(text, pos, found + 1 - pos);
-      pos = found + 1;
-    }
-  }
-  result.append(text, pos, std::string::npos);
-  return result;
+    return close != std::string::npos && close >= content ? close : std::string::npos;
+  });
 }
 
 // A line holding two $ keeps only "$<between the first two>$".
