@@ -29,6 +29,27 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A streamed request in flight: `streamed` counts the tokens it has produced, `done` receives
+// its finished output.
+struct StreamedRequest {
+  std::atomic<int64_t> streamed{0};
+  std::promise<GenerateOutput> done;
+};
+
+// Submits `request` with streaming on and returns once it has produced `tokens` tokens.
+std::unique_ptr<StreamedRequest> start_streaming(Engine& engine, GenerateRequest request,
+                                                 int64_t tokens) {
+  auto flight = std::make_unique<StreamedRequest>();
+  request.stream = true;
+  StreamedRequest* target = flight.get();
+  engine.submit(std::move(request), [target](const GenerateOutput& out) {
+    target->streamed = static_cast<int64_t>(out.output_ids.size());
+    if (out.finished) target->done.set_value(out);
+  });
+  while (flight->streamed < tokens) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  return flight;
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -354,19 +375,9 @@ TEST_F(EngineTest, AbortMidGenerationReturnsThePartialOutputAndFreesBlocks) {
   Engine engine(options());
   GenerateRequest r = greedy(prompt(10, 1), 100);
   r.id = "long";
-  r.stream = true;
-  std::atomic<int64_t> streamed{0};
-  std::promise<GenerateOutput> done;
-  engine.submit(r, [&](const GenerateOutput& out) {
-    if (out.finished) {
-      done.set_value(out);
-    } else {
-      streamed = static_cast<int64_t>(out.output_ids.size());
-    }
-  });
-  while (streamed < 5) std::this_thread::sleep_for(100us);
+  auto flight = start_streaming(engine, r, 5);
   engine.abort("long");
-  GenerateOutput out = done.get_future().get();
+  GenerateOutput out = flight->done.get_future().get();
   EXPECT_EQ(out.finish_reason, FinishReason::kAbort);
   EXPECT_GE(out.completion_tokens(), 5);
   EXPECT_LT(out.completion_tokens(), 100);
@@ -379,21 +390,14 @@ TEST_F(EngineTest, AbortMidGenerationReturnsThePartialOutputAndFreesBlocks) {
 TEST_F(EngineTest, PauseKeepsOrAbortsInFlightRequests) {
   Engine engine(options());
   GenerateRequest r = greedy(prompt(14, 6), 60);
-  r.stream = true;
-  std::atomic<int64_t> streamed{0};
-  std::promise<GenerateOutput> done;
-  engine.submit(r, [&](const GenerateOutput& out) {
-    if (out.finished) done.set_value(out);
-    streamed = static_cast<int64_t>(out.output_ids.size());
-  });
-  while (streamed < 3) std::this_thread::sleep_for(100us);
+  auto flight = start_streaming(engine, r, 3);
   engine.pause_generation(/*abort_in_flight=*/false);
   const int64_t steps = engine.stats().steps;
   std::this_thread::sleep_for(30ms);
   EXPECT_EQ(engine.stats().steps, steps);
   EXPECT_TRUE(engine.stats().paused);
   engine.continue_generation();
-  GenerateOutput out = done.get_future().get();
+  GenerateOutput out = flight->done.get_future().get();
   EXPECT_EQ(out.finish_reason, FinishReason::kLength);
   EXPECT_EQ(out.output_ids, greedy_reference(r.input_ids, 60));
 
@@ -427,14 +431,7 @@ TEST_F(EngineTest, FlushForgetsThePrefixCache) {
 TEST_F(EngineTest, SleepAndWakeKeepRequestsAndResults) {
   Engine engine(options());
   GenerateRequest r = greedy(prompt(20, 3), 40);
-  r.stream = true;
-  std::atomic<int64_t> streamed{0};
-  std::promise<GenerateOutput> done;
-  engine.submit(r, [&](const GenerateOutput& out) {
-    if (out.finished) done.set_value(out);
-    streamed = static_cast<int64_t>(out.output_ids.size());
-  });
-  while (streamed < 4) std::this_thread::sleep_for(100us);
+  auto flight = start_streaming(engine, r, 4);
   engine.release_memory();
   EXPECT_TRUE(engine.stats().sleeping);
   EXPECT_EQ(engine.stats().free_blocks, engine.stats().total_blocks);
@@ -444,22 +441,14 @@ TEST_F(EngineTest, SleepAndWakeKeepRequestsAndResults) {
   std::this_thread::sleep_for(20ms);
   EXPECT_EQ(later.wait_for(0ms), std::future_status::timeout);
   engine.resume_memory();
-  EXPECT_EQ(done.get_future().get().output_ids, greedy_reference(r.input_ids, 40));
+  EXPECT_EQ(flight->done.get_future().get().output_ids, greedy_reference(r.input_ids, 40));
   EXPECT_EQ(later.get()[0].output_ids, greedy_reference(prompt(5, 1), 4));
   expect_all_blocks_free(engine);
 }
 
 TEST_F(EngineTest, RequestKeptThroughAWeightUpdateRecordsTheVersionOfEveryToken) {
   Engine engine(options());
-  GenerateRequest r = greedy(prompt(9, 2), 40);
-  r.stream = true;
-  std::atomic<int64_t> streamed{0};
-  std::promise<GenerateOutput> done;
-  engine.submit(r, [&](const GenerateOutput& out) {
-    if (out.finished) done.set_value(out);
-    streamed = static_cast<int64_t>(out.output_ids.size());
-  });
-  while (streamed < 3) std::this_thread::sleep_for(100us);
+  auto flight = start_streaming(engine, greedy(prompt(9, 2), 40), 3);
   engine.pause_generation(/*abort_in_flight=*/false);
   const int64_t before_update = engine.stats().generated_tokens;
   std::vector<std::pair<std::string, at::Tensor>> same;
@@ -468,7 +457,7 @@ TEST_F(EngineTest, RequestKeptThroughAWeightUpdateRecordsTheVersionOfEveryToken)
   }
   engine.load_weights(same, /*new_version=*/4);
   engine.continue_generation();
-  GenerateOutput out = done.get_future().get();
+  GenerateOutput out = flight->done.get_future().get();
 
   ASSERT_EQ(out.output_weight_versions.size(), out.output_ids.size());
   EXPECT_EQ(out.weight_versions, (std::vector<int64_t>{0, 4}));
