@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,7 @@
 
 #include "rollout/http_server.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/process.h"
 
 namespace ooze::rollout {
 namespace {
@@ -329,6 +331,43 @@ TEST(RemoteReward, ManyThreadsScoreAtOnceOverKeptConnections) {
   EXPECT_EQ(model.calls(), kThreads * kCallsPerThread);
   // Keep-alive: far fewer connections than calls (at most one per concurrent caller).
   EXPECT_LE(model.client_addresses().size(), static_cast<size_t>(kThreads));
+}
+
+// A reward model nobody here wrote: Python's http.server, as Slime users' reward servers are.
+TEST(RemoteRewardInteropTest, PythonRewardServerScoresSlimesBody) {
+  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  const int port = ooze::testing::pick_free_port();
+  const std::string dir = ooze::testing::make_temp_dir("python-reward-server");
+  ooze::testing::Process server(
+      {"/usr/bin/python3", OOZE_PYTHON_REWARD_SERVER, std::to_string(port)}, {}, dir + "/log.txt");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (server.output().find("listening") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << server.output();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  RemoteRewardOptions options;
+  options.url = "http://127.0.0.1:" + std::to_string(port) + "/reward";
+  options.max_retries = 0;
+  RemoteReward reward(options);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        const int index = t * 25 + i;
+        Sample sample = make_sample(index, index % 3 == 0 ? " 42 " : "41", "42");
+        sample.prompt = "question " + std::to_string(index);
+        const nlohmann::json answer = reward.score(sample);
+        const double expected = index % 3 == 0 ? 1.0 : 0.0;
+        if (answer.value("score", -1.0) != expected ||
+            answer.value("prompt", "") != sample.prompt) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 }  // namespace
