@@ -113,6 +113,23 @@ TEST(RolloutCommandTest, RunsRolloutsAndEvaluationsAgainstLocalEngines) {
     EXPECT_EQ(samples, 6);
     EXPECT_DOUBLE_EQ(lines[1 + rollout_id]["rollout/raw_reward"].get<double>(), reward_sum / 6);
   }
+
+  // An independent reader (Python's json) takes the saved file as Slime-shaped samples.
+  if (std::filesystem::exists("/usr/bin/python3")) {
+    const std::string check =
+        "import json, sys\n"
+        "for line in open(sys.argv[1]):\n"
+        "    s = json.loads(line)\n"
+        "    n = s['response_length']\n"
+        "    assert len(s['loss_mask']) == len(s['rollout_log_probs']) == n, s\n"
+        "    assert len(s['weight_versions']) == n and len(s['tokens']) > n, s\n"
+        "    assert s['status'] in ('completed', 'truncated'), s\n"
+        "    assert s['reward'] in (0, 1), s\n";
+    ::ooze::testing::Process reader({"/usr/bin/python3", "-c", check, dir + "/out/rollout_0.jsonl"},
+                                    {}, dir + "/python.txt");
+    const ::ooze::testing::ExitStatus read = reader.wait(30s);
+    EXPECT_TRUE(read.exited && read.code == 0) << read.describe() << "\n" << reader.output();
+  }
 }
 
 TEST(RolloutCommandTest, BadDataFailsBeforeAnyEngineStarts) {
