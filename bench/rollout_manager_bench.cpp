@@ -36,6 +36,7 @@
 #include "models/tokenizer.h"
 #include "rollout/engine.h"
 #include "rollout/engine_server.h"
+#include "rollout/local_engines.h"
 #include "rollout/prompt_dataset.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
@@ -58,43 +59,31 @@ constexpr int kEngines = 2;
 // Two engines, each behind its HTTP server, and the router in front of them.
 class ServedModel {
  public:
-  explicit ServedModel(const std::string& model_dir) {
-    for (int i = 0; i < kEngines; ++i) {
-      rollout::EngineOptions options;
-      options.model_dir = model_dir;
-      options.dtype = "float32";
-      options.max_running_requests = 64;
-      options.block_size = 16;
-      options.kv_cache_memory_mb = 64;
-      options.intra_op_threads = 1;  // two engines on two cores
-      options.seed = 1 + i;
-      engines_.push_back(std::make_unique<rollout::Engine>(options));
-      servers_.push_back(
-          std::make_unique<rollout::EngineServer>(*engines_.back(), rollout::ServerOptions{}));
-    }
-    rollout::RouterOptions options;
-    for (const auto& server : servers_) options.engine_urls.push_back(server->url());
-    options.health_check_interval_s = 3600;
-    router_ = std::make_unique<rollout::Router>(options);
-    tokenizer_ = std::make_unique<models::Tokenizer>(models::load_tokenizer(model_dir));
-  }
-  ~ServedModel() {
-    router_.reset();
-    servers_.clear();
-    engines_.clear();
-  }
+  explicit ServedModel(const std::string& model_dir)
+      : engines_(engine_options(model_dir), kEngines),
+        tokenizer_(models::load_tokenizer(model_dir)) {}
 
-  rollout::Router& router() { return *router_; }
-  const models::Tokenizer& tokenizer() const { return *tokenizer_; }
+  rollout::Router& router() { return engines_.router(); }
+  const models::Tokenizer& tokenizer() const { return tokenizer_; }
   void flush_caches() {
-    for (auto& engine : engines_) engine->flush_cache();
+    for (auto& engine : engines_.engines()) engine->flush_cache();
   }
 
  private:
-  std::vector<std::unique_ptr<rollout::Engine>> engines_;
-  std::vector<std::unique_ptr<rollout::EngineServer>> servers_;
-  std::unique_ptr<rollout::Router> router_;
-  std::unique_ptr<models::Tokenizer> tokenizer_;
+  static rollout::EngineOptions engine_options(const std::string& model_dir) {
+    rollout::EngineOptions options;
+    options.model_dir = model_dir;
+    options.dtype = "float32";
+    options.max_running_requests = 64;
+    options.block_size = 16;
+    options.kv_cache_memory_mb = 64;
+    options.intra_op_threads = 1;  // two engines on two cores
+    options.seed = 1;
+    return options;
+  }
+
+  rollout::LocalEngines engines_;
+  models::Tokenizer tokenizer_;
 };
 
 std::shared_ptr<const rollout::PromptDataset> write_dataset(const ScopedTempDir& files, int prompts,

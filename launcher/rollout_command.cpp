@@ -10,8 +10,7 @@
 #include "core/config.h"
 #include "core/logging.h"
 #include "models/tokenizer.h"
-#include "rollout/engine.h"
-#include "rollout/engine_server.h"
+#include "rollout/local_engines.h"
 #include "rollout/prompt_dataset.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
@@ -65,16 +64,6 @@ void save_samples(const std::string& path, const rollout::RolloutResult& result)
   write_file_atomically(path, lines);
 }
 
-// Local engines, each behind an HTTP server on loopback.
-struct LocalEngines {
-  std::vector<std::unique_ptr<rollout::Engine>> engines;
-  std::vector<std::unique_ptr<rollout::EngineServer>> servers;
-  ~LocalEngines() {
-    servers.clear();  // the servers' exchanges hold their engines
-    engines.clear();
-  }
-};
-
 }  // namespace
 
 int run_rollout_command(const std::vector<std::string>& args, std::ostream& out) {
@@ -105,23 +94,24 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
       rollout::num_rollouts(*config, dataset->size(), rollout_options.rollout_batch_size);
   const std::string save_pattern = config->get<std::string>("save_debug_rollout_data");
 
-  LocalEngines local;
-  rollout::RouterOptions router_options;
-  router_options.engine_urls = config->get<std::vector<std::string>>("engine_urls");
-  if (router_options.engine_urls.empty()) {
-    for (int64_t i = 0; i < config->get<int64_t>("rollout_num_engines"); ++i) {
-      rollout::EngineOptions engine;
-      engine.model_dir = model_dir;
-      engine.max_running_requests = config->get<int64_t>("engine_max_running_requests");
-      engine.kv_cache_memory_mb = config->get<int64_t>("engine_kv_cache_memory_mb");
-      engine.intra_op_threads = static_cast<int>(config->get<int64_t>("engine_threads"));
-      local.engines.push_back(std::make_unique<rollout::Engine>(engine));
-      local.servers.push_back(
-          std::make_unique<rollout::EngineServer>(*local.engines.back(), rollout::ServerOptions{}));
-      router_options.engine_urls.push_back(local.servers.back()->url());
-    }
+  // Running engines (ooze serve) when given, else local ones behind servers on loopback.
+  std::unique_ptr<rollout::LocalEngines> local;
+  std::unique_ptr<rollout::Router> remote;
+  const auto engine_urls = config->get<std::vector<std::string>>("engine_urls");
+  if (engine_urls.empty()) {
+    rollout::EngineOptions engine;
+    engine.model_dir = model_dir;
+    engine.max_running_requests = config->get<int64_t>("engine_max_running_requests");
+    engine.kv_cache_memory_mb = config->get<int64_t>("engine_kv_cache_memory_mb");
+    engine.intra_op_threads = static_cast<int>(config->get<int64_t>("engine_threads"));
+    local = std::make_unique<rollout::LocalEngines>(
+        engine, static_cast<int>(config->get<int64_t>("rollout_num_engines")));
+  } else {
+    rollout::RouterOptions router_options;
+    router_options.engine_urls = engine_urls;
+    remote = std::make_unique<rollout::Router>(router_options);
   }
-  rollout::Router router(router_options);
+  rollout::Router& router = local ? local->router() : *remote;
   rollout::PromptSource source(dataset, rollout::PromptSourceOptions::from_config(*config));
   rollout::RolloutManager manager(rollout_options, source, router, tokenizer, rewards);
 
