@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -181,6 +182,11 @@ void run_worker_if_requested() {
 
 const std::string& session_dir() { return current().session_dir; }
 const std::string& head_endpoint() { return current().head_endpoint; }
+
+std::string node_address() {
+  const char* address = std::getenv("OOZE_NODE_ADDRESS");
+  return address != nullptr && *address != '\0' ? address : "127.0.0.1";
+}
 
 namespace detail {
 

@@ -56,6 +56,9 @@ void run_worker_if_requested();
 const std::string& session_dir();
 // The endpoint of the head this process talks to ("ipc://..." or "tcp://HOST:PORT").
 const std::string& head_endpoint();
+// The address collective peers reach this process's node at ($OOZE_NODE_ADDRESS, which the node
+// gives its workers), or loopback outside a worker.
+std::string node_address();
 
 struct ActorOptions {
   ResourceSet resources;  // e.g. {{"CPU", 1}, {"GPU", 1}}; fractions allowed

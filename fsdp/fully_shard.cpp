@@ -294,6 +294,15 @@ void FullyShardedModule::finish_backward(bool release_held) {
   }
 }
 
+torch::Tensor FullyShardedModule::gather_full_master(size_t unit) {
+  check_unit_index(unit, "gather_full_master");
+  FlatParam& flat = *units_[unit];
+  if (world_size() == 1) return flat.master_shard();
+  torch::Tensor full = torch::empty({flat.padded_numel()}, flat.master_shard().options());
+  comm_->all_gather(full, flat.master_shard());
+  return full;
+}
+
 void FullyShardedModule::reshard_all() {
   for (size_t u = 0; u < units_.size(); ++u) {
     units_[u]->reshard();

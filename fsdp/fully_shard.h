@@ -136,6 +136,10 @@ class FullyShardedModule {
   void finish_backward(bool release_held = true);
   // Frees every gathered unit (after a forward that had no backward, e.g. scoring).
   void reshard_all();
+  // The unit's full flat fp32 master vector (padding included), all-gathered from every rank's
+  // master shard, for readers of whole weights (HF export, weight sync). A collective when
+  // W > 1: every rank asks for the same units in the same order. W = 1: the shard itself.
+  torch::Tensor gather_full_master(size_t unit);
   // Forgets the accumulated gradients of every unit.
   void zero_grad();
 

@@ -44,14 +44,6 @@ void agree_with_rank0(FullyShardedModule& model, const std::exception_ptr& failu
                 "' (see its log); nothing was replaced");
 }
 
-// The unit's full flat fp32 vector (padding included); a collective when W > 1.
-torch::Tensor gather_unit(FullyShardedModule& model, FlatParam& flat) {
-  if (model.world_size() == 1) return flat.master_shard();
-  torch::Tensor full = torch::empty({flat.padded_numel()}, flat.master_shard().options());
-  model.communicator()->all_gather(full, flat.master_shard());
-  return full;
-}
-
 }  // namespace
 
 void export_hf_model(const std::string& dir, FsdpTransformer& model,
@@ -85,7 +77,7 @@ void export_hf_model(const std::string& dir, FsdpTransformer& model,
   uint64_t total_bytes = 0;
   for (size_t u = 0; u < sharded.num_units(); ++u) {
     FlatParam& flat = sharded.unit(u);
-    torch::Tensor full = gather_unit(sharded, flat);
+    torch::Tensor full = sharded.gather_full_master(u);
     if (writer) {
       try {
         const std::string file = shard_file_name(u, num_files);

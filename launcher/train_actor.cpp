@@ -7,6 +7,7 @@
 
 #include "actors/actor_class.h"
 #include "actors/kv_store.h"
+#include "actors/runtime.h"
 #include "comm/process_group.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -37,12 +38,6 @@ at::Device compute_device() {
   return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index ? std::atoi(index) : 0));
 }
 
-// Where this rank's peers reach it: the node's address (loopback on one machine).
-std::string node_address() {
-  const char* address = std::getenv("OOZE_NODE_ADDRESS");
-  return address != nullptr && *address != '\0' ? address : "127.0.0.1";
-}
-
 }  // namespace
 
 struct TrainActor::State {
@@ -70,7 +65,7 @@ int64_t TrainActor::init(const TrainInit& init) {
   state->model_dir = init.model_dir;
   state->device = compute_device();
   comm::ProcessGroupOptions group = init.options.distributed;
-  group.host = node_address();
+  group.host = actors::node_address();
   state->comm = comm::init_process_group(
       std::make_shared<comm::PrefixStore>(init.group_name, std::make_shared<actors::KvStore>()),
       state->rank, state->world_size, init.group_name, state->device, group);

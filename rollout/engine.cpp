@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/checksum.h"
 #include "core/logging.h"
 // CUDA builds of LibTorch: a sleeping engine hands its cached GPU memory back to the driver.
 #if __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
@@ -106,6 +107,11 @@ class Engine::Loop {
   void resume_memory();
   void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& named,
                     std::optional<int64_t> new_version);
+  void begin_weight_sync(int64_t version, bool abort_in_flight, std::chrono::milliseconds timeout);
+  void load_weight_bucket(const std::vector<std::pair<std::string, at::Tensor>>& named);
+  void finish_weight_sync(int64_t version);
+  void abort_weight_sync(const std::string& reason);
+  std::vector<std::pair<std::string, uint32_t>> weight_checksums();
 
   EngineStats stats() const {
     std::lock_guard<std::mutex> lock(stats_mutex_);
@@ -130,6 +136,15 @@ class Engine::Loop {
   void flush_outbox();
   void fill_output(Sequence& sequence, bool finished);
   void publish_stats();
+  // Checks every tensor against the model, then copies them all (nothing when one does not
+  // fit: FormatError listing the problems). Returns the parameters written.
+  std::vector<std::string> copy_into_parameters(
+      const std::vector<std::pair<std::string, at::Tensor>>& named, const std::string& what);
+  // A sync broke: abort everything in the engine and refuse requests until a complete sync.
+  void mark_weights_incomplete(const std::string& reason);
+  std::string sync_text() const {
+    return "the weight sync to version " + std::to_string(sync_version_);
+  }
 
   EngineOptions options_;
   models::ModelConfig config_;
@@ -151,6 +166,7 @@ class Engine::Loop {
   uint64_t next_id_ = 0;
   std::mt19937_64 seed_source_;
   bool stopping_ = false;
+  std::string weights_incomplete_reason_;  // non-empty: submit() refuses, saying why
 
   // Loop-thread state.
   std::unordered_map<std::string, std::shared_ptr<RequestState>> requests_;
@@ -158,6 +174,13 @@ class Engine::Loop {
   bool sleeping_ = false;
   bool stalled_ = false;  // nothing could be scheduled: wait for a change
   int64_t weight_version_ = 0;
+  // Weight sync: serving, or between begin and finish, or broken until a complete sync.
+  enum class WeightState { kServing, kSyncing, kIncomplete };
+  WeightState weight_state_ = WeightState::kServing;
+  int64_t sync_version_ = 0;
+  std::set<std::string> synced_parameters_;
+  std::chrono::milliseconds sync_timeout_{0};
+  std::chrono::steady_clock::time_point sync_deadline_;  // the next call of the sync, at latest
   EngineStats totals_;
   std::vector<std::pair<std::shared_ptr<RequestState>, GenerateOutput>> outbox_;
 
@@ -278,6 +301,11 @@ std::string Engine::Loop::submit(GenerateRequest request, OutputCallback on_upda
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw Error("the engine is shutting down; the request was not accepted");
+    if (!weights_incomplete_reason_.empty()) {
+      throw WeightsIncomplete("the engine refuses to generate: its weights are incomplete (" +
+                              weights_incomplete_reason_ +
+                              "); a complete weight sync must arrive first");
+    }
     if (request.id.empty()) {
       do {
         request.id = "req-" + std::to_string(next_id_++);
@@ -299,9 +327,16 @@ void Engine::Loop::run_command(const std::function<void()>& command) {
     command();  // its outputs join those the callback is part of
     return;
   }
-  // Statistics are published with the command, so a caller sees its effect at once.
+  // Statistics are published with the command, so a caller sees its effect at once, even when
+  // it throws (a broken weight sync changes the engine's state, then throws).
   std::packaged_task<void()> task([this, &command] {
-    command();
+    try {
+      command();
+    } catch (...) {
+      publish_stats();
+      flush_outbox();
+      throw;
+    }
     publish_stats();
     flush_outbox();
   });
@@ -316,7 +351,7 @@ void Engine::Loop::run_command(const std::function<void()>& command) {
 }
 
 bool Engine::Loop::has_work() const {
-  return !paused_ && !sleeping_ && !stalled_ &&
+  return !paused_ && !sleeping_ && !stalled_ && weight_state_ == WeightState::kServing &&
          (!scheduler_->running().empty() || !scheduler_->waiting().empty());
 }
 
@@ -328,9 +363,14 @@ void Engine::Loop::main() {
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] {
+      auto ready = [&] {
         return stopping_ || !incoming_.empty() || !commands_.empty() || has_work();
-      });
+      };
+      if (weight_state_ == WeightState::kSyncing) {
+        wake_.wait_until(lock, sync_deadline_, ready);
+      } else {
+        wake_.wait(lock, ready);
+      }
       arrived.swap(incoming_);
       commands.swap(commands_);
       stopping = stopping_;
@@ -338,6 +378,12 @@ void Engine::Loop::main() {
     if (!arrived.empty() || !commands.empty()) stalled_ = false;
     for (auto& state : arrived) admit(std::move(state));
     for (auto& command : commands) command();
+    if (weight_state_ == WeightState::kSyncing &&
+        std::chrono::steady_clock::now() >= sync_deadline_) {
+      mark_weights_incomplete(sync_text() + " had no call for " +
+                              std::to_string(sync_timeout_.count()) +
+                              " ms (--weight-sync-timeout): the trainer may have died");
+    }
     if (stopping) {
       abort_all("the engine shut down");
       publish_stats();
@@ -601,48 +647,157 @@ void Engine::Loop::resume_memory() {
   });
 }
 
+std::vector<std::string> Engine::Loop::copy_into_parameters(
+    const std::vector<std::pair<std::string, at::Tensor>>& named, const std::string& what) {
+  std::map<std::string, torch::Tensor> parameters;
+  for (auto& item : model_->named_parameters()) parameters[item.key()] = item.value();
+  std::string problems;
+  std::vector<std::pair<torch::Tensor, at::Tensor>> copies;
+  std::vector<std::string> written;
+  for (const auto& [name, tensor] : named) {
+    auto found = parameters.find(name);
+    if (found == parameters.end()) {
+      // A tied head arrives as the embedding it equals (HF checkpoints may list both).
+      if (name == "lm_head.weight" && config_.tie_word_embeddings) continue;
+      problems += "\n  " + name + ": the model has no such parameter";
+      continue;
+    }
+    if (!tensor.defined() || tensor.sizes() != found->second.sizes()) {
+      problems += "\n  " + name + ": shape " +
+                  (tensor.defined() ? c10::str(tensor.sizes()) : std::string("undefined")) +
+                  ", the parameter's is " + c10::str(found->second.sizes());
+      continue;
+    }
+    if (!at::isFloatingType(tensor.scalar_type())) {
+      problems += "\n  " + name + ": dtype " + std::string(c10::toString(tensor.scalar_type())) +
+                  " is not floating";
+      continue;
+    }
+    copies.emplace_back(found->second, tensor);
+    written.push_back(name);
+  }
+  if (!problems.empty()) {
+    throw FormatError(what +
+                      ": nothing was loaded; these tensors do not fit the model:" + problems);
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [parameter, tensor] : copies) parameter.copy_(tensor);
+  return written;
+}
+
 void Engine::Loop::load_weights(const std::vector<std::pair<std::string, at::Tensor>>& named,
                                 std::optional<int64_t> new_version) {
   run_command([&] {
+    if (weight_state_ == WeightState::kSyncing) {
+      throw Error("load_weights: " + sync_text() + " is in progress; finish or abort it first");
+    }
     if (new_version && *new_version <= weight_version_) {
       throw Error("weight version " + std::to_string(*new_version) +
                   " is not newer than the engine's " + std::to_string(weight_version_) +
                   "; versions must increase");
     }
-    std::map<std::string, torch::Tensor> parameters;
-    for (auto& item : model_->named_parameters()) parameters[item.key()] = item.value();
-    std::string problems;
-    std::vector<std::pair<torch::Tensor, at::Tensor>> copies;
-    for (const auto& [name, tensor] : named) {
-      auto found = parameters.find(name);
-      if (found == parameters.end()) {
-        // A tied head arrives as the embedding it equals (HF checkpoints may list both).
-        if (name == "lm_head.weight" && config_.tie_word_embeddings) continue;
-        problems += "\n  " + name + ": the model has no such parameter";
-        continue;
-      }
-      if (!tensor.defined() || tensor.sizes() != found->second.sizes()) {
-        problems += "\n  " + name + ": shape " +
-                    (tensor.defined() ? c10::str(tensor.sizes()) : std::string("undefined")) +
-                    ", the parameter's is " + c10::str(found->second.sizes());
-        continue;
-      }
-      if (!at::isFloatingType(tensor.scalar_type())) {
-        problems += "\n  " + name + ": dtype " + std::string(c10::toString(tensor.scalar_type())) +
-                    " is not floating";
-        continue;
-      }
-      copies.emplace_back(found->second, tensor);
-    }
-    if (!problems.empty()) {
-      throw FormatError("load_weights: nothing was loaded; these tensors do not fit the model:" +
-                        problems);
-    }
-    torch::NoGradGuard no_grad;
-    for (auto& [parameter, tensor] : copies) parameter.copy_(tensor);
+    copy_into_parameters(named, "load_weights");
     blocks_->flush();  // cached keys/values were computed by the old weights
     if (new_version) weight_version_ = *new_version;
   });
+}
+
+void Engine::Loop::begin_weight_sync(int64_t version, bool abort_in_flight,
+                                     std::chrono::milliseconds timeout) {
+  run_command([&] {
+    if (version <= weight_version_) {
+      throw Error("weight sync to version " + std::to_string(version) +
+                  " refused: it is not newer than the engine's version " +
+                  std::to_string(weight_version_) + "; versions must increase");
+    }
+    if (weight_state_ == WeightState::kSyncing) {
+      OOZE_LOG(WARN) << sync_text() << " was not finished; starting over with version " << version;
+    }
+    if (abort_in_flight) abort_all("aborted: weight sync to version " + std::to_string(version));
+    weight_state_ = WeightState::kSyncing;
+    sync_version_ = version;
+    synced_parameters_.clear();
+    sync_timeout_ = timeout;
+    sync_deadline_ = std::chrono::steady_clock::now() + timeout;
+    std::lock_guard<std::mutex> lock(mutex_);
+    weights_incomplete_reason_.clear();  // requests queue again, for the new weights
+  });
+}
+
+void Engine::Loop::load_weight_bucket(
+    const std::vector<std::pair<std::string, at::Tensor>>& named) {
+  run_command([&] {
+    if (weight_state_ != WeightState::kSyncing) {
+      throw Error(
+          "load_weight_bucket: no weight sync is in progress; call begin_weight_sync "
+          "first");
+    }
+    try {
+      for (std::string& name : copy_into_parameters(named, "load_weight_bucket")) {
+        synced_parameters_.insert(std::move(name));
+      }
+    } catch (const std::exception& e) {
+      mark_weights_incomplete(sync_text() + " sent a bucket that does not fit the model");
+      throw;
+    }
+    sync_deadline_ = std::chrono::steady_clock::now() + sync_timeout_;
+  });
+}
+
+void Engine::Loop::finish_weight_sync(int64_t version) {
+  run_command([&] {
+    if (weight_state_ != WeightState::kSyncing || sync_version_ != version) {
+      throw Error("finish_weight_sync(" + std::to_string(version) +
+                  "): no weight sync to that version is in progress" +
+                  (weight_state_ == WeightState::kSyncing ? " (" + sync_text() + " is)" : ""));
+    }
+    std::vector<std::string> missing;
+    for (auto& item : model_->named_parameters()) {
+      if (!synced_parameters_.count(item.key())) missing.push_back(item.key());
+    }
+    if (!missing.empty()) {
+      const std::string reason = sync_text() + " ended without " + std::to_string(missing.size()) +
+                                 " of the model's parameters (the first: " + missing.front() + ")";
+      mark_weights_incomplete(reason);
+      throw FormatError(reason);
+    }
+    weight_version_ = version;
+    weight_state_ = WeightState::kServing;
+    synced_parameters_.clear();
+    blocks_->flush();  // cached keys/values were computed by the old weights
+  });
+}
+
+void Engine::Loop::abort_weight_sync(const std::string& reason) {
+  run_command([&] {
+    if (weight_state_ == WeightState::kSyncing) mark_weights_incomplete(reason);
+  });
+}
+
+std::vector<std::pair<std::string, uint32_t>> Engine::Loop::weight_checksums() {
+  std::vector<std::pair<std::string, uint32_t>> sums;
+  run_command([&] {
+    for (auto& item : model_->named_parameters()) {
+      const torch::Tensor bytes = item.value().detach().to(torch::kCPU).contiguous();
+      sums.emplace_back(item.key(), crc32(bytes.data_ptr(), bytes.nbytes()));
+    }
+  });
+  return sums;
+}
+
+void Engine::Loop::mark_weights_incomplete(const std::string& reason) {
+  weight_state_ = WeightState::kIncomplete;
+  synced_parameters_.clear();
+  std::deque<std::shared_ptr<RequestState>> late;  // submitted since the loop last looked
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    weights_incomplete_reason_ = reason;
+    late.swap(incoming_);
+  }
+  for (auto& state : late) admit(std::move(state));
+  OOZE_LOG(ERROR) << "rollout engine: " << reason
+                  << "; refusing to generate until a complete weight sync arrives";
+  abort_all("weights incomplete: " + reason);
 }
 
 void Engine::Loop::publish_stats() {
@@ -661,6 +816,8 @@ void Engine::Loop::publish_stats() {
   stats.weight_version = weight_version_;
   stats.paused = paused_;
   stats.sleeping = sleeping_;
+  stats.syncing_weights = weight_state_ == WeightState::kSyncing;
+  stats.weights_incomplete = weight_state_ == WeightState::kIncomplete;
   std::lock_guard<std::mutex> lock(stats_mutex_);
   stats_ = stats;
 }
@@ -699,6 +856,19 @@ void Engine::resume_memory() { loop_->resume_memory(); }
 void Engine::load_weights(const std::vector<std::pair<std::string, at::Tensor>>& named_tensors,
                           std::optional<int64_t> new_version) {
   loop_->load_weights(named_tensors, new_version);
+}
+void Engine::begin_weight_sync(int64_t version, bool abort_in_flight,
+                               std::chrono::milliseconds timeout) {
+  loop_->begin_weight_sync(version, abort_in_flight, timeout);
+}
+void Engine::load_weight_bucket(
+    const std::vector<std::pair<std::string, at::Tensor>>& named_tensors) {
+  loop_->load_weight_bucket(named_tensors);
+}
+void Engine::finish_weight_sync(int64_t version) { loop_->finish_weight_sync(version); }
+void Engine::abort_weight_sync(const std::string& reason) { loop_->abort_weight_sync(reason); }
+std::vector<std::pair<std::string, uint32_t>> Engine::weight_checksums() {
+  return loop_->weight_checksums();
 }
 EngineStats Engine::stats() const { return loop_->stats(); }
 const EngineInfo& Engine::info() const { return loop_->info(); }

@@ -27,6 +27,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -77,6 +78,9 @@ struct EngineStats {
   int64_t weight_version = 0;
   bool paused = false;
   bool sleeping = false;
+  bool syncing_weights = false;     // between begin_weight_sync and finish_weight_sync
+  bool weights_incomplete = false;  // a sync was interrupted: generation is refused
+
   double cache_hit_rate() const {
     return prompt_tokens == 0 ? 0.0 : static_cast<double>(cached_prompt_tokens) / prompt_tokens;
   }
@@ -93,6 +97,13 @@ struct EngineInfo {
   int64_t num_blocks = 0;
   int64_t max_running_requests = 0;
   std::vector<int64_t> eos_token_ids;
+};
+
+// Thrown by submit() while the engine's weights are incomplete (a weight sync was interrupted):
+// serving them would answer with a half-updated model. A complete sync ends it. HTTP: 503.
+class WeightsIncomplete : public Error {
+ public:
+  using Error::Error;
 };
 
 class Engine {
@@ -140,6 +151,29 @@ class Engine {
   // prefix cache is flushed: cached keys/values belong to the old weights.
   void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& named_tensors,
                     std::optional<int64_t> new_version = std::nullopt);
+
+  // Weight sync, the trainer's way of replacing every weight (weight_sync/ drives it):
+  //
+  //   begin_weight_sync(v)   generation stops between two steps (in-flight requests kept, or
+  //                          aborted with abort_in_flight); new requests queue
+  //   load_weight_bucket()   any number of times: named tensors, checked like load_weights
+  //   finish_weight_sync(v)  every parameter must have arrived since begin; the version
+  //                          becomes v, the prefix cache is flushed and generation resumes
+  //
+  // So no token is ever computed by a half-updated model: each comes wholly from the old
+  // weights or the new ones, and its output's weight versions say which. v must be newer than
+  // the engine's version (Error otherwise). When the sync is interrupted (abort_weight_sync, a
+  // bucket that does not fit, finish with parameters missing, or `timeout` passing without a
+  // call of the sync), the engine's weights are incomplete: every request in it is aborted
+  // saying why, and submit() throws WeightsIncomplete until a new sync completes. A new
+  // begin_weight_sync during a sync starts over.
+  void begin_weight_sync(int64_t version, bool abort_in_flight, std::chrono::milliseconds timeout);
+  void load_weight_bucket(const std::vector<std::pair<std::string, at::Tensor>>& named_tensors);
+  void finish_weight_sync(int64_t version);
+  void abort_weight_sync(const std::string& reason);
+  // The CRC-32 (core/checksum.h) of each parameter's bytes in the engine's dtype, by Hugging
+  // Face name, for checking a sync against the trainer's.
+  std::vector<std::pair<std::string, uint32_t>> weight_checksums();
 
   EngineStats stats() const;
   const EngineInfo& info() const;

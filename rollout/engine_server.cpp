@@ -258,7 +258,8 @@ class EngineServer::Impl {
  private:
   using Endpoint = void (Impl::*)(const std::shared_ptr<HttpExchange>&);
 
-  // Every endpoint answers InvalidRequest with 400 naming the field, other errors with 500.
+  // Every endpoint answers InvalidRequest with 400 naming the field, WeightsIncomplete with 503,
+  // other errors with 500.
   void add(HttpRoutes& routes, const std::string& method, const std::string& path,
            Endpoint endpoint) {
     routes.add(method, path, [this, endpoint](std::shared_ptr<HttpExchange> ex) {
@@ -272,6 +273,8 @@ class EngineServer::Impl {
       fn();
     } catch (const InvalidRequest& e) {
       ex->respond_error(400, e.what(), e.field());
+    } catch (const WeightsIncomplete& e) {
+      ex->respond_error(503, e.what());  // unavailable until a complete weight sync
     } catch (const std::exception& e) {
       ex->respond_error(500, e.what());
     }
@@ -494,7 +497,9 @@ class EngineServer::Impl {
                         {"preemptions", stats.preemptions},
                         {"steps", stats.steps},
                         {"paused", stats.paused},
-                        {"sleeping", stats.sleeping}}}});
+                        {"sleeping", stats.sleeping},
+                        {"syncing_weights", stats.syncing_weights},
+                        {"weights_incomplete", stats.weights_incomplete}}}});
   }
 
   static nlohmann::json success(const std::string& message) {

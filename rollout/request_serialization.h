@@ -87,7 +87,8 @@ void serialize(Archive& ar, EngineStats& stats) {
   ar(stats.running_sequences, stats.waiting_sequences, stats.total_blocks, stats.free_blocks,
      stats.cached_blocks, stats.prompt_tokens, stats.cached_prompt_tokens,
      stats.computed_prefill_tokens, stats.generated_tokens, stats.preemptions, stats.steps,
-     stats.weight_version, stats.paused, stats.sleeping);
+     stats.weight_version, stats.paused, stats.sleeping, stats.syncing_weights,
+     stats.weights_incomplete);
 }
 
 template <class Archive>

@@ -66,7 +66,10 @@ std::string reason_of(const InvalidRequest& error) {
 }  // namespace
 
 RolloutEngine::RolloutEngine(EngineOptions options)
-    : engine_(std::make_unique<Engine>(with_resolved_device(std::move(options)))) {}
+    : engine_(std::make_unique<Engine>(with_resolved_device(std::move(options)))),
+      receiver_(std::make_unique<WeightReceiver>(*engine_)) {
+  weight_sync::cleanup_stale_segments();  // left by trainers that died mid-sync
+}
 
 RolloutEngine::~RolloutEngine() { stop_server(); }
 
@@ -138,6 +141,32 @@ void RolloutEngine::load_weights(std::vector<std::pair<std::string, at::Tensor>>
 EngineStats RolloutEngine::stats() const { return engine_->stats(); }
 EngineInfo RolloutEngine::info() const { return engine_->info(); }
 
+void RolloutEngine::begin_weight_sync(int64_t version, bool abort_in_flight, int64_t timeout_ms) {
+  engine_->begin_weight_sync(version, abort_in_flight, std::chrono::milliseconds(timeout_ms));
+}
+void RolloutEngine::open_shared_weight_buffers(const std::vector<std::string>& names,
+                                               int64_t nbytes) {
+  receiver_->open_shared_buffers(names, nbytes);
+}
+void RolloutEngine::load_shared_weight_bucket(int slot,
+                                              const weight_sync::BucketManifest& manifest) {
+  receiver_->load_shared_bucket(slot, manifest);
+}
+void RolloutEngine::join_weight_sync_group(const BroadcastGroupSpec& spec) {
+  receiver_->join_broadcast_group(spec);
+}
+int64_t RolloutEngine::receive_weight_buckets(
+    const std::vector<weight_sync::BucketManifest>& manifests) {
+  return receiver_->receive_broadcast(manifests);
+}
+void RolloutEngine::finish_weight_sync(int64_t version) { engine_->finish_weight_sync(version); }
+void RolloutEngine::abort_weight_sync(const std::string& reason) {
+  engine_->abort_weight_sync(reason);
+}
+std::vector<std::pair<std::string, uint32_t>> RolloutEngine::weight_checksums() {
+  return engine_->weight_checksums();
+}
+
 std::string RolloutEngine::start_server(const std::string& host, int port,
                                         const std::string& api_key) {
   if (port < 0 || port > std::numeric_limits<uint16_t>::max()) {
@@ -182,6 +211,14 @@ const auto rollout_engine_class =
         .method("load_weights", &RolloutEngine::load_weights)
         .method("stats", &RolloutEngine::stats)
         .method("info", &RolloutEngine::info)
+        .method("begin_weight_sync", &RolloutEngine::begin_weight_sync)
+        .method("open_shared_weight_buffers", &RolloutEngine::open_shared_weight_buffers)
+        .method("load_shared_weight_bucket", &RolloutEngine::load_shared_weight_bucket)
+        .method("join_weight_sync_group", &RolloutEngine::join_weight_sync_group)
+        .method("receive_weight_buckets", &RolloutEngine::receive_weight_buckets)
+        .method("finish_weight_sync", &RolloutEngine::finish_weight_sync)
+        .method("abort_weight_sync", &RolloutEngine::abort_weight_sync)
+        .method("weight_checksums", &RolloutEngine::weight_checksums)
         .method("start_server", &RolloutEngine::start_server)
         .method("stop_server", &RolloutEngine::stop_server);
 }  // namespace

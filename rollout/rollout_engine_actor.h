@@ -15,6 +15,7 @@
 //   ... train ...
 //   actor.call(&RolloutEngine::resume_memory).get();
 //   actor.call(&RolloutEngine::load_weights, named_tensors, std::optional<int64_t>(step)).get();
+//   // weight sync from a trainer: weight_sync::WeightSyncer calls the weight-sync methods below
 //
 // Calls that overlap. The runtime runs an actor's calls on max_concurrency threads (1 by
 // default: one call at a time, in the order each caller made them). With one thread, abort() or
@@ -29,6 +30,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cereal/types/utility.hpp>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -42,6 +44,8 @@
 #include "rollout/engine.h"
 #include "rollout/request.h"
 #include "rollout/request_serialization.h"
+#include "rollout/weight_receiver.h"
+#include "weight_sync/bucket.h"
 
 namespace ooze::rollout {
 
@@ -90,6 +94,19 @@ class RolloutEngine {
   EngineStats stats() const;
   EngineInfo info() const;
 
+  // Weight sync: the trainer (weight_sync/weight_syncer.h) calls these around and between its
+  // buckets; Engine::begin_weight_sync says what the engine does meanwhile, and
+  // rollout/weight_receiver.h how the bytes arrive.
+  void begin_weight_sync(int64_t version, bool abort_in_flight, int64_t timeout_ms);
+  void open_shared_weight_buffers(const std::vector<std::string>& names, int64_t nbytes);
+  void load_shared_weight_bucket(int slot, const weight_sync::BucketManifest& manifest);
+  void join_weight_sync_group(const BroadcastGroupSpec& spec);
+  // Receives the buckets by broadcast and loads them; returns the bytes received.
+  int64_t receive_weight_buckets(const std::vector<weight_sync::BucketManifest>& manifests);
+  void finish_weight_sync(int64_t version);
+  void abort_weight_sync(const std::string& reason);
+  std::vector<std::pair<std::string, uint32_t>> weight_checksums();
+
   // Starts the engine's HTTP server in this process on the actor's engine and returns its URL
   // ("http://HOST:PORT"). host empty: 127.0.0.1 (other machines cannot reach it; pass
   // "0.0.0.0" for them). port 0: an ephemeral one. api_key non-empty: requests need
@@ -104,6 +121,7 @@ class RolloutEngine {
 
  private:
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<WeightReceiver> receiver_;
   std::mutex server_mutex_;
   std::unique_ptr<EngineServer> server_;
 };

@@ -7,7 +7,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "core/config.h"
+#include "core/error.h"
 
 namespace ooze::weight_sync {
 namespace {
@@ -285,14 +285,18 @@ void pack_into(const BucketManifest& manifest, const std::vector<at::Tensor>& te
   for (size_t i = 0; i < tensors.size(); ++i) {
     const BucketEntry& entry = manifest.entries[i];
     const at::Tensor& tensor = tensors[i];
-    if (!tensor.defined() || tensor.scalar_type() != entry.dtype ||
+    // fp32 master weights become the engine's bf16 in the copy itself: no temporary.
+    const bool converts = tensor.defined() && at::isFloatingType(tensor.scalar_type()) &&
+                          at::isFloatingType(entry.dtype);
+    if (!tensor.defined() || (tensor.scalar_type() != entry.dtype && !converts) ||
         tensor.sizes() != at::IntArrayRef(entry.shape)) {
-      throw Error("packing " + entry_text(manifest, i) + ": expected " + dtype_text(entry.dtype) +
-                  " " + shape_text(entry.shape) + " but got " +
-                  (tensor.defined()
-                       ? dtype_text(tensor.scalar_type()) + " " + shape_text(tensor.sizes().vec())
-                       : std::string("an undefined tensor")) +
-                  "; cast to the entry's dtype before packing and pass tensors in entry order");
+      throw Error(
+          "packing " + entry_text(manifest, i) + ": expected " + dtype_text(entry.dtype) + " " +
+          shape_text(entry.shape) + " but got " +
+          (tensor.defined()
+               ? dtype_text(tensor.scalar_type()) + " " + shape_text(tensor.sizes().vec())
+               : std::string("an undefined tensor")) +
+          "; only floating tensors are converted while packing; pass tensors in entry order");
     }
   }
   std::vector<at::Tensor> views;  // all made first: a misaligned buffer fails before any copy
@@ -332,15 +336,6 @@ std::vector<std::pair<std::string, at::Tensor>> unpack_bucket(const BucketManife
     named.emplace_back(manifest.entries[i].name, entry_view(manifest, i, buffer));
   }
   return named;
-}
-
-void add_weight_sync_fields(ConfigSchema& schema) {
-  schema.section("weight_sync");
-  schema
-      .add_int("update_weight_buffer_size", kDefaultUpdateWeightBufferSize,
-               "Bytes per weight-sync bucket: parameters are gathered, packed and sent to the "
-               "engines this many bytes at a time (a larger tensor travels alone).")
-      .min(1);
 }
 
 namespace detail {

@@ -2,8 +2,7 @@
 // inside them, and read back. Every transfer path (shared memory, CUDA IPC, broadcast) moves
 // these buffers; the manifest travelling with each says what the bytes are.
 //
-//   std::vector<BucketManifest> plan = plan_buckets(specs, config.get<int64_t>(
-//                                                              "update_weight_buffer_size"));
+//   std::vector<BucketManifest> plan = plan_buckets(specs, options.update_weight_buffer_size);
 //   for (const BucketManifest& bucket : plan) {
 //     at::Tensor buffer = pack_bucket(bucket, tensors_in_entry_order(bucket));  // trainer side
 //     ...send `bucket` (cereal) and `buffer`...
@@ -28,7 +27,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/config_schema.h"
 #include "core/error.h"
 
 namespace ooze::weight_sync {
@@ -89,9 +87,10 @@ void validate_manifest(const BucketManifest& manifest);
 // Copies tensors[i] (any device, any strides) into manifest.entries[i]'s bytes of `buffer`, one
 // copy per tensor and no temporaries (a copy across devices of a non-contiguous tensor is the
 // exception: LibTorch stages it contiguously), and zeroes the padding. `buffer` is a contiguous
-// 1-D uint8 tensor of manifest.nbytes elements on any device. Casting is the caller's job: a
-// tensor whose dtype or shape differs from its entry's, or a count that differs, throws Error;
-// a malformed manifest or buffer throws FormatError.
+// 1-D uint8 tensor of manifest.nbytes elements on any device. A floating tensor is converted
+// to its floating entry's dtype as it is copied (round to nearest even, as Tensor::to). A
+// tensor whose shape differs from its entry's, another dtype mismatch, or a count that differs
+// throws Error; a malformed manifest or buffer throws FormatError.
 void pack_into(const BucketManifest& manifest, const std::vector<at::Tensor>& tensors,
                at::Tensor& buffer);
 
@@ -106,10 +105,6 @@ at::Tensor pack_bucket(const BucketManifest& manifest, const std::vector<at::Ten
 // elements whose entries can be viewed in place.
 std::vector<std::pair<std::string, at::Tensor>> unpack_bucket(const BucketManifest& manifest,
                                                               const at::Tensor& buffer);
-
-// Declares section "weight_sync": update_weight_buffer_size (bytes per bucket, Slime's name,
-// default kDefaultUpdateWeightBufferSize).
-void add_weight_sync_fields(ConfigSchema& schema);
 
 // Cereal wire form (binary archives). Dtypes travel as ooze's own codes (those of
 // core/tensor_serialization.h), names and shapes with bounded lengths read before anything is

@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
 #include "models/model_config.h"
 #include "models/transformer.h"
 #include "tests/support/expect_error.h"
@@ -302,6 +301,21 @@ TEST(PackBucket, PackIntoOverwritesAReusedBufferIncludingPadding) {
   EXPECT_EQ(std::memcmp(buffer.data_ptr(), expected.data(), expected.size()), 0);
 }
 
+TEST(PackBucket, FloatingTensorsAreConvertedToTheirEntrysDtypeAsTheyAreCopied) {
+  // fp32 master weights packed for a bf16 engine: the bytes are those of Tensor::to's rounding.
+  const BucketManifest bucket =
+      plan_buckets({spec("w", at::kBFloat16, {3, 5}), spec("n", at::kFloat, {5})}, 1 << 20).at(0);
+  at::Tensor w = at::randn({3, 5}, at::kFloat) * 3, n = at::randn({5}, at::kDouble);
+  const auto unpacked = unpack_bucket(bucket, pack_bucket(bucket, {w, n}));
+  ASSERT_EQ(unpacked.size(), 2u);
+  const at::Tensor expected_w = w.to(at::kBFloat16), expected_n = n.to(at::kFloat);
+  for (const auto& [name, tensor] : unpacked) {
+    const at::Tensor& expected = name == "w" ? expected_w : expected_n;
+    ASSERT_EQ(tensor.scalar_type(), expected.scalar_type()) << name;
+    EXPECT_EQ(std::memcmp(tensor.data_ptr(), expected.data_ptr(), expected.nbytes()), 0) << name;
+  }
+}
+
 TEST(UnpackBucket, TensorsAreViewsOfTheBuffer) {
   Mixed m = mixed_tensors();
   BucketManifest bucket = plan_buckets(specs_of(m), 1 << 20).at(0);
@@ -331,9 +345,9 @@ TEST(PackBucket, RefusesTensorsThatDoNotMatchTheirEntries) {
       plan_buckets({spec("a", at::kBFloat16, {2, 3}), spec("b", at::kFloat, {4})}, 1 << 20).at(0);
   bucket.index = 7;
   at::Tensor a = at::zeros({2, 3}, at::kBFloat16), b = at::zeros({4});
-  std::string message = error_message_of<Error>([&] { pack_bucket(bucket, {a, b.to(at::kHalf)}); });
+  std::string message = error_message_of<Error>([&] { pack_bucket(bucket, {a, b.to(at::kInt)}); });
   EXPECT_CONTAINS(message, "bucket 7, entry 1 'b'");
-  EXPECT_CONTAINS(message, "expected float32 [4] but got float16 [4]");
+  EXPECT_CONTAINS(message, "expected float32 [4] but got int32 [4]");
   EXPECT_CONTAINS(error_message_of<Error>([&] {
                     pack_bucket(bucket, {a.t(), b});
                   }),
@@ -599,24 +613,6 @@ TEST(PlanBuckets, QwenWeightsAtSeveralBucketSizesKeepEveryTensorOnceInOrder) {
 }
 
 // --- configuration -------------------------------------------------------------------------
-
-TEST(WeightSyncConfig, DeclaresTheBufferSizeWithSlimesNameAndDefault) {
-  ConfigSchema schema;
-  add_weight_sync_fields(schema);
-  const FieldSpec* field = schema.find("update_weight_buffer_size");
-  ASSERT_NE(field, nullptr);
-  EXPECT_EQ(field->section, "weight_sync");
-  Config defaults = resolve_config(schema, nlohmann::json::object(), "", {});
-  EXPECT_EQ(defaults.get<int64_t>("update_weight_buffer_size"), int64_t{512} * 1024 * 1024);
-  Config set = resolve_config(schema, nlohmann::json::object(), "",
-                              {"--update-weight-buffer-size", "1048576"});
-  EXPECT_EQ(set.get<int64_t>("update_weight_buffer_size"), 1048576);
-  EXPECT_CONTAINS(
-      error_message_of([&] {
-        resolve_config(schema, nlohmann::json::object(), "", {"--update-weight-buffer-size", "0"});
-      }),
-      "--update-weight-buffer-size: expected an integer >= 1");
-}
 
 }  // namespace
 }  // namespace ooze::weight_sync

@@ -1,0 +1,82 @@
+// The engine's end of a weight sync (weight_sync/weight_syncer.h is the trainer's): where the
+// buckets of weight_sync/bucket.h arrive and how each reaches Engine::load_weight_bucket.
+//
+//   colocated     the trainer rank on this node packs each bucket into one of two shared
+//                 buffers (POSIX shared memory on the CPU) that the receiver mapped once:
+//                 open_shared_buffers(names) then load_shared_bucket(slot, manifest) per bucket.
+//                 The trainer unlinks the names as soon as its engines have opened them, so
+//                 nothing stays in /dev/shm and the mappings are reused by every later sync.
+//   disaggregated join_broadcast_group() once (trainer rank 0 is rank 0 of the group, the
+//                 engines ranks 1..E), then receive_broadcast(manifests) per sync: bucket k+1 is
+//                 received while bucket k is loaded.
+//
+// The receiver only moves bytes; begin/finish of the sync, versions and refusals are the
+// engine's (Engine::begin_weight_sync). A broadcast that fails (timeout, dead trainer) aborts the
+// engine's sync, naming the bucket, and leaves the group: the trainer forms a new one.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cereal/types/string.hpp>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/process_group.h"
+#include "weight_sync/bucket.h"
+#include "weight_sync/shared_memory_segment.h"
+
+namespace ooze::rollout {
+
+class Engine;
+
+// Where an engine joins the trainer's broadcast group for disaggregated syncs.
+struct BroadcastGroupSpec {
+  std::string name;  // unique per group formation: the key prefix in the head's store
+  int rank = 1;      // this engine's rank; trainer rank 0 is the root
+  int world_size = 2;
+  comm::ProcessGroupOptions options;  // timeout (--weight-sync-timeout); host: ignored, the
+                                      // engine's own node address is used
+  template <class A>
+  void serialize(A& ar) {
+    ar(name, rank, world_size, options);
+  }
+};
+
+class WeightReceiver {
+ public:
+  explicit WeightReceiver(Engine& engine) : engine_(engine) {}
+
+  // Maps the trainer's shared buffers (each `nbytes`), replacing any mapped before.
+  void open_shared_buffers(const std::vector<std::string>& names, int64_t nbytes);
+  // Loads the bucket the trainer packed into buffer `slot`.
+  void load_shared_bucket(int slot, const weight_sync::BucketManifest& manifest);
+  // Unmaps the shared buffers (their memory returns once the trainer unmaps too).
+  void close_shared_buffers();
+
+  // Joins the group (a collective with the trainer and the other engines, through the head's
+  // key-value store), on the engine's device: NCCL on a GPU, Gloo on the CPU. Leaves any group
+  // joined before.
+  void join_broadcast_group(const BroadcastGroupSpec& spec);
+  // Receives every bucket of `manifests`, in order, from rank 0 and loads it. Returns the bytes
+  // received.
+  int64_t receive_broadcast(const std::vector<weight_sync::BucketManifest>& manifests);
+  void leave_broadcast_group();
+
+ private:
+  // A buffer of at least `nbytes` on the engine's device, reused across buckets.
+  at::Tensor broadcast_buffer(int which, int64_t nbytes);
+
+  Engine& engine_;
+  std::mutex mutex_;  // one transfer at a time
+  std::vector<weight_sync::SharedMemorySegment> shared_;
+  std::vector<at::Tensor> shared_tensors_;
+  std::shared_ptr<comm::Communicator> group_;
+  std::string group_name_;
+  at::Tensor broadcast_buffers_[2];
+};
+
+}  // namespace ooze::rollout
