@@ -1,11 +1,13 @@
 // Bandwidth of all_gather, reduce_scatter and broadcast between 2 real processes over Gloo on
-// loopback, at 1, 64 and 256 MiB. The baseline is a single-process memcpy of the same bytes,
-// measured in the same run: the physical bound of this machine's memory system.
+// loopback, at 1, 64 and 256 MiB, then of broadcast from one rank to 2 others (3 processes) at
+// 64 and 256 MiB, the shape of weight sync to several rollout engines. The baseline is a
+// single-process memcpy of the same bytes, measured in the same run: the physical bound of this
+// machine's memory system.
 //
 // Bandwidth = bytes of the full buffer (gathered output, scattered input, broadcast tensor)
 // divided by the time of one operation (the slowest rank's, median of the repetitions).
 //
-//   bench_comm_bandwidth            # starts the 2 ranks itself
+//   bench_comm_bandwidth            # starts the ranks itself
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <sys/wait.h>
@@ -27,8 +29,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int kWorld = 2;
-const std::vector<int64_t> kSizesMiB = {1, 64, 256};
+// Every collective runs on 2 ranks; broadcast also on 3, where the root has 2 receivers.
+constexpr int kPairWorld = 2;
+const std::vector<int64_t> kPairSizesMiB = {1, 64, 256};
+constexpr int kFanOutWorld = 3;
+const std::vector<int64_t> kFanOutSizesMiB = {64, 256};
 
 int repetitions(int64_t mib) { return mib <= 1 ? 50 : (mib <= 64 ? 8 : 4); }
 
@@ -65,67 +70,77 @@ double memcpy_seconds(int64_t bytes, int reps) {
   return median(times);
 }
 
-void print_line(const std::string& op, int64_t mib, double seconds, double baseline_seconds) {
+void print_line(const std::string& op, int world, int64_t mib, double seconds,
+                double baseline_seconds) {
   const double bytes = static_cast<double>(mib) * (1 << 20);
   const double value = bytes / seconds / 1e9, baseline = bytes / baseline_seconds / 1e9;
   std::printf(
       "{\"bench\": \"comm.gloo.%s.%dranks.%lldMiB\", \"metric\": \"bandwidth\", \"value\": %.3f, "
       "\"unit\": \"GB/s\", \"baseline\": %.3f, \"ratio\": %.4f}\n",
-      op.c_str(), kWorld, static_cast<long long>(mib), value, baseline, value / baseline);
+      op.c_str(), world, static_cast<long long>(mib), value, baseline, value / baseline);
   std::fflush(stdout);
 }
 
-int run_rank(int rank, int port) {
+int run_rank(int rank, int world, int port) {
   at::set_num_threads(1);
   auto store = std::make_shared<TcpStore>("127.0.0.1", port, rank, false, std::chrono::seconds(60));
-  auto comm = make_gloo_communicator(store, rank, kWorld, "bench", std::chrono::seconds(120));
-  for (int64_t mib : kSizesMiB) {
+  auto comm = make_gloo_communicator(store, rank, world, "bench", std::chrono::seconds(120));
+  const bool all_ops = world == kPairWorld;
+  for (int64_t mib : all_ops ? kPairSizesMiB : kFanOutSizesMiB) {
     const int64_t n = mib * (1 << 20) / 4;  // float32 elements in the full buffer
     const int reps = repetitions(mib);
-    // Rank 0 measures the baseline while rank 1 waits, so they do not compete for memory.
+    // Rank 0 measures the baseline while the others wait, so they do not compete for memory.
     double baseline = rank == 0 ? memcpy_seconds(n * 4, reps) : 0.0;
     comm->barrier();
 
-    at::Tensor full = at::ones({n}), part = at::ones({n / kWorld});
-    double gather = time_op(*comm, reps, [&] { comm->all_gather(full, part); });
-    double scatter = time_op(*comm, reps, [&] { comm->reduce_scatter(part, full); });
-    double bcast = time_op(*comm, reps, [&] { comm->broadcast(full, 0); });
-    if (rank == 0) {
-      print_line("all_gather", mib, gather, baseline);
-      print_line("reduce_scatter", mib, scatter, baseline);
-      print_line("broadcast", mib, bcast, baseline);
+    at::Tensor full = at::ones({n}), part = at::ones({n / world});
+    if (all_ops) {
+      double gather = time_op(*comm, reps, [&] { comm->all_gather(full, part); });
+      double scatter = time_op(*comm, reps, [&] { comm->reduce_scatter(part, full); });
+      if (rank == 0) {
+        print_line("all_gather", world, mib, gather, baseline);
+        print_line("reduce_scatter", world, mib, scatter, baseline);
+      }
     }
+    double bcast = time_op(*comm, reps, [&] { comm->broadcast(full, 0); });
+    if (rank == 0) print_line("broadcast", world, mib, bcast, baseline);
   }
   comm->barrier();
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--rank") {
-    return run_rank(std::atoi(argv[2]), std::atoi(argv[3]));
-  }
-  // The launcher hosts the store and starts the ranks as real processes.
+// Starts `world` ranks as real processes around a store hosted here; true if all succeeded.
+bool run_group(const char* argv0, int world) {
   TcpStoreServer store("127.0.0.1", 0);
-  const std::string port = std::to_string(store.port());
+  const std::string port = std::to_string(store.port()), w = std::to_string(world);
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < kWorld; ++rank) {
+  for (int rank = 0; rank < world; ++rank) {
     pid_t pid = ::fork();
     if (pid == 0) {
       ::setenv("OMP_NUM_THREADS", "1", 1);
       std::string r = std::to_string(rank);
-      ::execl("/proc/self/exe", argv[0], "--rank", r.c_str(), port.c_str(),
+      ::execl("/proc/self/exe", argv0, "--rank", r.c_str(), w.c_str(), port.c_str(),
               static_cast<char*>(nullptr));
       ::_exit(127);
     }
     pids.push_back(pid);
   }
-  int failed = 0;
+  bool ok = true;
   for (pid_t pid : pids) {
     int status = 0;
     ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = false;
   }
-  return failed;
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--rank") {
+    return run_rank(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
+  }
+  bool ok = run_group(argv[0], kPairWorld);
+  ok = run_group(argv[0], kFanOutWorld) && ok;
+  return ok ? 0 : 1;
 }
