@@ -45,10 +45,10 @@ class TrainerBuckets {
 
   // Cuts bucket `index` into *buffer (a contiguous 1-D uint8 tensor of at least the bucket's
   // nbytes, any device), or only takes part in the gathers when buffer is nullptr. Buckets go in
-  // order 0, 1, ...; after the last, or to start over, call restart(). Throws Error when called
-  // out of order.
+  // order 0, 1, ...; after the last the walk starts over by itself. Throws Error when called out
+  // of order.
   void pack(size_t index, at::Tensor* buffer);
-  // Frees the gathered unit and starts the walk again at bucket 0.
+  // Abandons a walk midway: frees the gathered unit and starts again at bucket 0.
   void restart();
 
  private:

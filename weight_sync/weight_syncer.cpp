@@ -76,6 +76,19 @@ bool await(actors::Future<R>& future, const std::string& what, std::chrono::mill
 
 }  // namespace
 
+template <class Method, class... Args>
+void WeightSyncer::call_targets(std::vector<Target>& targets, const std::string& what,
+                                Method method, const Args&... args) {
+  using Answer = decltype(targets.front().engine->call(method, args...));
+  std::vector<std::optional<Answer>> answers(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i].ok()) answers[i] = targets[i].engine->call(method, args...);
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (answers[i]) await(*answers[i], what, options_.timeout(), targets[i].failure);
+  }
+}
+
 WeightSyncer::WeightSyncer(fsdp::FullyShardedModule& model, at::ScalarType engine_dtype,
                            std::vector<EngineHandle> engines, EnginePlacement placement,
                            WeightSyncOptions options, std::string name)
@@ -144,17 +157,9 @@ WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
 
   Clock::time_point control = Clock::now();
   const auto timeout = options_.timeout();
-  {
-    std::vector<actors::Future<void>> begun;
-    for (Target& t : targets) {
-      begun.push_back(t.engine->call(&rollout::RolloutEngine::begin_weight_sync, version,
-                                     abort_in_flight, static_cast<int64_t>(timeout.count())));
-    }
-    for (size_t i = 0; i < targets.size(); ++i) {
-      await(begun[i], "begin_weight_sync(" + std::to_string(version) + ")", timeout,
-            targets[i].failure);
-    }
-  }
+  call_targets(targets, "begin_weight_sync(" + std::to_string(version) + ")",
+               &rollout::RolloutEngine::begin_weight_sync, version, abort_in_flight,
+               static_cast<int64_t>(timeout.count()));
   report.control_seconds += seconds_since(control);
 
   if (placement_ == EnginePlacement::kColocated) {
@@ -164,15 +169,7 @@ WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
   }
 
   control = Clock::now();
-  std::vector<std::optional<actors::Future<void>>> finished(targets.size());
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (targets[i].ok()) {
-      finished[i] = targets[i].engine->call(&rollout::RolloutEngine::finish_weight_sync, version);
-    }
-  }
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (finished[i]) await(*finished[i], "finish_weight_sync", timeout, targets[i].failure);
-  }
+  call_targets(targets, "finish_weight_sync", &rollout::RolloutEngine::finish_weight_sync, version);
   if (options_.check) check_checksums(targets);
   report.control_seconds += seconds_since(control);
 
@@ -221,18 +218,9 @@ void WeightSyncer::open_shared_buffers(std::vector<Target>& targets) {
     shared_.push_back(SharedMemorySegment::create(nbytes));
     names.push_back(shared_.back().name());
   }
-  std::vector<actors::Future<void>> opened;
-  for (Target& t : targets) {
-    opened.push_back(
-        t.engine->call(&rollout::RolloutEngine::open_shared_weight_buffers, names, nbytes));
-  }
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (!targets[i].ok()) continue;
-    if (await(opened[i], "mapping the shared weight buffers", options_.timeout(),
-              targets[i].failure)) {
-      engine_mapped_[targets[i].index] = true;
-    }
-  }
+  call_targets(targets, "mapping the shared weight buffers",
+               &rollout::RolloutEngine::open_shared_weight_buffers, names, nbytes);
+  for (const Target& t : targets) engine_mapped_[t.index] = t.ok();
   for (SharedMemorySegment& segment : shared_) segment.unlink();  // the mappings stay
 }
 

@@ -108,6 +108,11 @@ class WeightSyncer {
   void deliver_colocated(std::vector<Target>& targets, WeightSyncReport& report);
   void deliver_broadcast(std::vector<Target>& targets, WeightSyncReport& report);
   void walk_without_delivering(WeightSyncReport& report);
+  // Calls `method` with `args` on every engine of `targets` that has not failed yet, then waits
+  // for each answer; a failure sticks to its engine, named with `what`.
+  template <class Method, class... Args>
+  void call_targets(std::vector<Target>& targets, const std::string& what, Method method,
+                    const Args&... args);
   void open_shared_buffers(std::vector<Target>& targets);
   void form_group(std::vector<Target>& targets);
   // Packs bucket k into `buffer` (its per-tensor checksums noted with --check-weight-sync).
