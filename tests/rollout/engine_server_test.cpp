@@ -209,27 +209,35 @@ TEST_F(EngineServerTest, GenerateStreamsCumulativeEvents) {
   TestHttpClient client(port());
   json body = greedy_body("stream this", 24);
   body["stream"] = true;
-  client.start_stream("/generate", body);
-  ASSERT_EQ(client.stream_status(), 200);
-  std::vector<std::string> events = client.rest_of_stream();
-  ASSERT_GE(events.size(), 3u);
-  EXPECT_EQ(events.back(), "[DONE]");
-  size_t previous = 0;
-  for (size_t i = 0; i + 1 < events.size(); ++i) {
-    const json event = json::parse(events[i]);
-    const size_t length = event["output_ids"].size();
-    EXPECT_GE(length, previous);  // cumulative
-    previous = length;
-    if (i + 2 < events.size()) {
-      EXPECT_TRUE(event["meta_info"]["finish_reason"].is_null());
+  // The server sends each sample's latest output when its writer is free, so on a loaded machine
+  // a short generation may finish before an intermediate event goes out: a few tries must show
+  // one, and every try must be cumulative and end with the whole result.
+  bool saw_intermediate = false;
+  for (int attempt = 0; attempt < 5 && !saw_intermediate; ++attempt) {
+    client.start_stream("/generate", body);
+    ASSERT_EQ(client.stream_status(), 200);
+    std::vector<std::string> events = client.rest_of_stream();
+    ASSERT_GE(events.size(), 2u);
+    EXPECT_EQ(events.back(), "[DONE]");
+    size_t previous = 0;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      const json event = json::parse(events[i]);
+      const size_t length = event["output_ids"].size();
+      EXPECT_GE(length, previous);  // cumulative
+      previous = length;
+      if (i + 2 < events.size()) {
+        EXPECT_TRUE(event["meta_info"]["finish_reason"].is_null());
+      }
     }
+    const size_t first_length = json::parse(events[0])["output_ids"].size();
+    EXPECT_GT(first_length, 0u);
+    saw_intermediate = events.size() >= 3 && first_length < 24u;  // not only the final result
+    const json last = json::parse(events[events.size() - 2]);
+    EXPECT_EQ(last["text"], expected.text);
+    EXPECT_EQ(last["output_ids"].get<std::vector<int64_t>>(), expected.output_ids);
+    EXPECT_EQ(last["meta_info"]["finish_reason"]["type"], "length");
   }
-  EXPECT_GT(json::parse(events[0])["output_ids"].size(), 0u);
-  EXPECT_LT(json::parse(events[0])["output_ids"].size(), 24u);  // not only the final result
-  const json last = json::parse(events[events.size() - 2]);
-  EXPECT_EQ(last["text"], expected.text);
-  EXPECT_EQ(last["output_ids"].get<std::vector<int64_t>>(), expected.output_ids);
-  EXPECT_EQ(last["meta_info"]["finish_reason"]["type"], "length");
+  EXPECT_TRUE(saw_intermediate) << "five streams sent only their final result";
   // The connection serves the next request.
   EXPECT_EQ(client.request("GET", "/health").status, 200);
 }
