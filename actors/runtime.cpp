@@ -202,6 +202,21 @@ void adopt_worker_client(std::unique_ptr<Client> client, const std::string& head
 
 Client& client() { return *current().client; }
 
+ActorInfo newest_known(const ActorInfo& info) {
+  std::lock_guard<std::mutex> lock(runtime_mutex);
+  if (!runtime || !runtime->client) return info;
+  try {
+    return runtime->client->actor_info(info.actor_id);
+  } catch (const RuntimeError&) {
+    return info;  // not tracked here
+  }
+}
+
+void track_if_running(const ActorInfo& info) {
+  std::lock_guard<std::mutex> lock(runtime_mutex);
+  if (runtime && runtime->client) runtime->client->track(info);
+}
+
 ActorInfo spawn_actor(const std::string& class_name, const ActorOptions& options,
                       std::string constructor_arguments) {
   ProcessRuntime& state = current();

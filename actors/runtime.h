@@ -2,11 +2,11 @@
 // them, reserve placement groups, use the head's key-value store.
 //
 //   int main(int argc, char** argv) {
-//     ooze::actors::run_worker_if_requested();  // first: a worker process serves here, never
-//     returns ooze::actors::init();                     // one machine: head + node run inside this
-//     process auto counter = ooze::actors::spawn<Counter>({}, 10); int value =
-//     counter.call(&Counter::add, 5).get();  // 15 ooze::actors::shutdown();                 //
-//     kills this driver's actors
+//     ooze::actors::run_worker_if_requested();  // first: a worker process serves here
+//     ooze::actors::init();                     // one machine: head + node in this process
+//     auto counter = ooze::actors::spawn<Counter>({}, 10);
+//     int value = counter.call(&Counter::add, 5).get();  // 15
+//     ooze::actors::shutdown();                 // kills this driver's actors
 //   }
 //
 // With `address` set ("HOST:PORT" of `ooze start --head`) the driver joins that cluster instead.
@@ -73,6 +73,13 @@ struct ActorOptions {
   std::string label;  // log prefix (default: the class name)
 };
 
+namespace detail {
+// What this process knows of the actor newest (the handle's own copy dates from its spawn).
+ActorInfo newest_known(const ActorInfo& info);
+// Lets this process's client call the actor, when this process runs the runtime.
+void track_if_running(const ActorInfo& info);
+}  // namespace detail
+
 template <class T>
 class ActorHandle {
  public:
@@ -95,6 +102,18 @@ class ActorHandle {
   ActorInfo info() const;
   // Blocks until the actor is alive; throws ActorDiedError if it died, GetTimeoutError.
   void wait_ready(std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+
+  // A handle travels as an argument of an actor call, as Ray's do: the process that receives it
+  // can call the actor too, and follows its later restarts and death as every client does.
+  template <class A>
+  void save(A& ar) const {
+    ar(detail::newest_known(info_));
+  }
+  template <class A>
+  void load(A& ar) {
+    ar(info_);
+    detail::track_if_running(info_);
+  }
 
  private:
   template <class R, class... Params, class Method, class... Args>

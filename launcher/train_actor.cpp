@@ -38,6 +38,15 @@ at::Device compute_device() {
   return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index ? std::atoi(index) : 0));
 }
 
+// The parameter dtype an engine reports (EngineInfo::dtype).
+at::ScalarType engine_dtype(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  throw ConfigError("the rollout engines compute in '" + name +
+                    "', which weight sync cannot produce (float32, bfloat16 or float16)");
+}
+
 }  // namespace
 
 struct TrainActor::State {
@@ -51,6 +60,8 @@ struct TrainActor::State {
   std::unique_ptr<fsdp::LrSchedule> schedule;
   TrainerOptions options;
   fsdp::TrainingProgress progress;
+  std::string group_name;
+  std::unique_ptr<weight_sync::WeightSyncer> weight_syncer;
 };
 
 TrainActor::TrainActor() = default;
@@ -63,6 +74,7 @@ int64_t TrainActor::init(const TrainInit& init) {
   state->world_size = env_int("WORLD_SIZE");
   state->options = init.options;
   state->model_dir = init.model_dir;
+  state->group_name = init.group_name;
   state->device = compute_device();
   comm::ProcessGroupOptions group = init.options.distributed;
   group.host = actors::node_address();
@@ -151,6 +163,45 @@ std::string TrainActor::save_hf(const std::string& dir) {
   return dir;
 }
 
+void TrainActor::connect_rollout_engines(const RolloutEngineConnection& connection) {
+  if (!state_) throw Error("TrainActor::connect_rollout_engines before init");
+  if (connection.engines.empty()) throw ConfigError("connect_rollout_engines: no engine given");
+  // The engines compute in one dtype, which the trainer casts its weights to.
+  const auto timeout = connection.options.timeout();
+  std::string dtype;
+  for (size_t i = 0; i < connection.engines.size(); ++i) {
+    const auto& engine = connection.engines[i];
+    const rollout::EngineInfo info = engine.call(&rollout::RolloutEngine::info).get(timeout);
+    if (i > 0 && info.dtype != dtype) {
+      throw ConfigError("the rollout engines of one trainer must share a dtype: engine " +
+                        std::to_string(i) + " (" + engine.label() + ") computes in " + info.dtype +
+                        ", engine 0 in " + dtype);
+    }
+    dtype = info.dtype;
+  }
+  state_->weight_syncer.reset();  // its buffers and group go before the new ones form
+  state_->weight_syncer = std::make_unique<weight_sync::WeightSyncer>(
+      state_->model->sharded(), engine_dtype(dtype), connection.engines,
+      connection.colocate ? weight_sync::EnginePlacement::kColocated
+                          : weight_sync::EnginePlacement::kDisaggregated,
+      connection.options, state_->group_name);
+}
+
+weight_sync::WeightSyncReport TrainActor::update_weights(int64_t version, bool abort_in_flight) {
+  if (!state_ || !state_->weight_syncer) {
+    throw Error("TrainActor::update_weights before connect_rollout_engines");
+  }
+  return state_->weight_syncer->sync(version, abort_in_flight);
+}
+
+weight_sync::WeightSyncReport TrainActor::update_engine_weights(int64_t index, int64_t version) {
+  if (!state_ || !state_->weight_syncer) {
+    throw Error("TrainActor::update_engine_weights before connect_rollout_engines");
+  }
+  if (index < 0) throw ConfigError("update_engine_weights: engine index " + std::to_string(index));
+  return state_->weight_syncer->sync_engine(static_cast<size_t>(index), version);
+}
+
 void TrainActor::sleep() {
   if (!state_) throw Error("TrainActor::sleep before init");
   state_->model->sleep();
@@ -170,16 +221,20 @@ int64_t TrainActor::state_bytes() const {
 }
 
 namespace {
-const auto train_actor_class = actors::ActorClass<TrainActor>("TrainActor")
-                                   .method("init", &TrainActor::init)
-                                   .method("train_step", &TrainActor::train_step)
-                                   .method("compute_log_probs", &TrainActor::compute_log_probs)
-                                   .method("save", &TrainActor::save)
-                                   .method("load", &TrainActor::load)
-                                   .method("save_hf", &TrainActor::save_hf)
-                                   .method("sleep", &TrainActor::sleep)
-                                   .method("wake_up", &TrainActor::wake_up)
-                                   .method("state_bytes", &TrainActor::state_bytes);
+const auto train_actor_class =
+    actors::ActorClass<TrainActor>("TrainActor")
+        .method("init", &TrainActor::init)
+        .method("train_step", &TrainActor::train_step)
+        .method("compute_log_probs", &TrainActor::compute_log_probs)
+        .method("save", &TrainActor::save)
+        .method("load", &TrainActor::load)
+        .method("save_hf", &TrainActor::save_hf)
+        .method("connect_rollout_engines", &TrainActor::connect_rollout_engines)
+        .method("update_weights", &TrainActor::update_weights)
+        .method("update_engine_weights", &TrainActor::update_engine_weights)
+        .method("sleep", &TrainActor::sleep)
+        .method("wake_up", &TrainActor::wake_up)
+        .method("state_bytes", &TrainActor::state_bytes);
 }  // namespace
 
 }  // namespace ooze::launcher

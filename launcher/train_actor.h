@@ -13,6 +13,11 @@
 //   results[0].metrics.at("loss");   // the step's, the same on every rank
 //   get_all(trainers.call_all(&TrainActor::save, std::string("/ckpt")));
 //   get_all(trainers.call_all(&TrainActor::save_hf, std::string("/out/model")));
+//
+// After each step the new weights go to the rollout engines (weight_sync/weight_syncer.h):
+//   get_all(trainers.call_all(&TrainActor::connect_rollout_engines,
+//                             RolloutEngineConnection{engines, /*colocate=*/true, sync_options}));
+//   get_all(trainers.call_all(&TrainActor::update_weights, version, /*abort_in_flight=*/true));
 #pragma once
 
 #include <cereal/types/map.hpp>
@@ -23,9 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "actors/runtime.h"
 #include "fsdp/packing.h"
 #include "fsdp/train_step.h"
 #include "launcher/trainer_options.h"
+#include "rollout/rollout_engine_actor.h"
+#include "weight_sync/weight_syncer.h"
 
 namespace ooze::launcher {
 
@@ -74,6 +82,19 @@ struct TrainProgress {
   }
 };
 
+// The rollout engines a trainer group keeps up to date, as every rank must see them.
+struct RolloutEngineConnection {
+  std::vector<actors::ActorHandle<rollout::RolloutEngine>> engines;  // the same order everywhere
+  // --colocate: rank r serves the engines i with i mod W == r, through shared memory on its
+  // node; otherwise rank 0 broadcasts to every engine.
+  bool colocate = false;
+  weight_sync::WeightSyncOptions options;
+  template <class A>
+  void serialize(A& ar) {
+    ar(engines, colocate, options);
+  }
+};
+
 class TrainActor {
  public:
   TrainActor();
@@ -94,6 +115,17 @@ class TrainActor {
   TrainProgress load(const std::string& dir);
   // Writes the full weights as an HF model directory (rank 0 writes; every rank takes part).
   std::string save_hf(const std::string& dir);
+  // Keeps `connection`'s engines up to date from now on (they must all have one dtype; the
+  // trainer casts to it). Replaces an earlier connection.
+  void connect_rollout_engines(const RolloutEngineConnection& connection);
+  // Sends the current weights to every engine as `version` (newer than theirs), pausing their
+  // generation meanwhile (in-flight requests aborted with `abort_in_flight`, else kept). A
+  // collective: every rank calls it. Throws weight_sync::WeightSyncError naming the engines that
+  // did not get it (the others did).
+  weight_sync::WeightSyncReport update_weights(int64_t version, bool abort_in_flight);
+  // Brings engine `index` alone up to `version` (one restarted after a failure); every rank calls
+  // it.
+  weight_sync::WeightSyncReport update_engine_weights(int64_t index, int64_t version);
   // Move every piece of trainer state (master weights, gradients, AdamW moments) to host
   // memory and back, so colocated rollout engines can use the GPU in between; no-ops on the CPU.
   void sleep();

@@ -181,6 +181,7 @@ WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
       continue;
     }
     failures << "\n  " << t.name() << ": " << t.failure;
+    engine_mapped_[t.index] = false;  // restarted, it maps the buffers anew
     // Best effort: an engine still alive must not wait out its own timeout to refuse requests.
     try {
       t.engine->call(&rollout::RolloutEngine::abort_weight_sync, t.failure).get(timeout);

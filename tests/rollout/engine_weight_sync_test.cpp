@@ -2,7 +2,7 @@
 // finish_weight_sync): a complete sync serves exactly the new weights (checked against the
 // model code run without the engine), versions only move forward, and a sync that breaks
 // (parameters missing, silence past the timeout, an abort) leaves the engine refusing to
-// generate until a complete one arrives.
+// generate until a complete one arrives, in process and over HTTP.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -17,6 +17,8 @@
 #include "models/hf_checkpoint.h"
 #include "models/transformer.h"
 #include "rollout/engine.h"
+#include "rollout/engine_server.h"
+#include "tests/rollout/http_test_client.h"
 #include "tests/rollout/tiny_model.h"
 #include "tests/support/expect_error.h"
 
@@ -208,6 +210,39 @@ TEST_F(EngineWeightSyncTest, AnAbortedSyncAbortsWhatWaitedAndABucketThatDoesNotF
   EXPECT_TRUE(engine.stats().weights_incomplete);
   EXPECT_CONTAINS(error_message_of<Error>([&] { engine.finish_weight_sync(1); }),
                   "no weight sync to that version is in progress");
+}
+
+// HTTP clients of an engine whose weights are incomplete get 503 (unavailable: try again after
+// the next sync) with the reason, from every endpoint that generates; once a complete sync
+// arrives they get the new weights' answer.
+TEST_F(EngineWeightSyncTest, OverHttpAnInterruptedSyncAnswers503UntilACompleteOne) {
+  Engine engine(options());
+  EngineServer server(engine, ServerOptions{});
+  testing::TestHttpClient client(server.port());
+  const nlohmann::json generate = {
+      {"input_ids", greedy(4).input_ids},
+      {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 4}, {"ignore_eos", true}}}};
+  const nlohmann::json completion = {{"prompt", "Hello"}, {"max_tokens", 4}, {"temperature", 0}};
+  engine.begin_weight_sync(1, false, 10s);
+  engine.abort_weight_sync("the trainer died during bucket 3");
+
+  testing::HttpReply reply = client.post_json("/generate", generate);
+  EXPECT_EQ(reply.status, 503) << reply.body;
+  EXPECT_CONTAINS(reply.body, "the trainer died during bucket 3");
+  reply = client.post_json("/v1/completions", completion);
+  EXPECT_EQ(reply.status, 503) << reply.body;
+  EXPECT_CONTAINS(reply.body, "weights are incomplete");
+  EXPECT_EQ(client.request("GET", "/health_generate").status, 503);
+  const nlohmann::json info = client.request("GET", "/get_server_info").json();
+  EXPECT_TRUE(info["stats"]["weights_incomplete"]) << info.dump();
+
+  sync(engine, 1);
+  reply = client.post_json("/generate", generate);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(reply.json()["output_ids"].get<std::vector<int64_t>>(),
+            reference_tokens(greedy(4).input_ids, 4));
+  EXPECT_EQ(reply.json()["meta_info"]["weight_version"], 1) << reply.body;
+  EXPECT_EQ(client.post_json("/v1/completions", completion).status, 200);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -43,11 +44,13 @@ std::string case_name(const ::testing::TestParamInfo<SyncCase>& info) {
          (c.dtype == "bfloat16" ? "Bf16" : "Fp32") + "Bucket" + std::to_string(c.bucket_bytes);
 }
 
-// Names of ooze's weight sync segments in /dev/shm.
+// Weight sync segments this process (the trainer) created that are still in /dev/shm; other
+// tests running at the same time create their own, under their own pids.
 int64_t shared_memory_segments() {
+  const std::string mine = std::string(kSegmentPrefix) + "-" + std::to_string(::getpid()) + "-";
   int64_t count = 0;
   for (const auto& entry : fs::directory_iterator("/dev/shm")) {
-    if (entry.path().filename().string().rfind(kSegmentPrefix, 0) == 0) ++count;
+    if (entry.path().filename().string().rfind(mine, 0) == 0) ++count;
   }
   return count;
 }
