@@ -144,9 +144,8 @@ EngineInfo RolloutEngine::info() const { return engine_->info(); }
 void RolloutEngine::begin_weight_sync(int64_t version, bool abort_in_flight, int64_t timeout_ms) {
   engine_->begin_weight_sync(version, abort_in_flight, std::chrono::milliseconds(timeout_ms));
 }
-void RolloutEngine::open_shared_weight_buffers(const std::vector<std::string>& names,
-                                               int64_t nbytes) {
-  receiver_->open_shared_buffers(names, nbytes);
+void RolloutEngine::open_shared_weight_buffers(const SharedWeightBuffers& buffers) {
+  receiver_->open_shared_buffers(buffers);
 }
 void RolloutEngine::load_shared_weight_bucket(int slot,
                                               const weight_sync::BucketManifest& manifest) {

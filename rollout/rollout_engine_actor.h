@@ -98,7 +98,7 @@ class RolloutEngine {
   // buckets; Engine::begin_weight_sync says what the engine does meanwhile, and
   // rollout/weight_receiver.h how the bytes arrive.
   void begin_weight_sync(int64_t version, bool abort_in_flight, int64_t timeout_ms);
-  void open_shared_weight_buffers(const std::vector<std::string>& names, int64_t nbytes);
+  void open_shared_weight_buffers(const SharedWeightBuffers& buffers);
   void load_shared_weight_bucket(int slot, const weight_sync::BucketManifest& manifest);
   void join_weight_sync_group(const BroadcastGroupSpec& spec);
   // Receives the buckets by broadcast and loads them; returns the bytes received.

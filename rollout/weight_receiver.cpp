@@ -1,6 +1,7 @@
 #include "rollout/weight_receiver.h"
 
 #include <ATen/ATen.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 
@@ -12,13 +13,25 @@
 
 namespace ooze::rollout {
 
-void WeightReceiver::open_shared_buffers(const std::vector<std::string>& names, int64_t nbytes) {
+void WeightReceiver::open_shared_buffers(const SharedWeightBuffers& buffers) {
   std::lock_guard<std::mutex> lock(mutex_);
-  shared_.clear();
   shared_tensors_.clear();
-  for (const std::string& name : names) {
-    shared_.push_back(weight_sync::SharedMemorySegment::open(name, nbytes));
-    shared_tensors_.push_back(shared_.back().as_tensor());
+  shared_.clear();
+  cuda_shared_.clear();
+  const at::Device device(engine_.info().device);
+  if (buffers.cuda_ipc && !device.is_cuda()) {
+    throw ConfigError("the trainer hands weights over in GPU memory, but this engine runs on " +
+                      device.str() + ": a colocated engine computes on its trainer rank's GPU");
+  }
+  for (const std::string& handle : buffers.handles) {
+    if (buffers.cuda_ipc) {
+      cuda_shared_.push_back(
+          weight_sync::CudaIpcBuffer::open(handle, buffers.nbytes, device.index()));
+      shared_tensors_.push_back(cuda_shared_.back().as_tensor());
+    } else {
+      shared_.push_back(weight_sync::SharedMemorySegment::open(handle, buffers.nbytes));
+      shared_tensors_.push_back(shared_.back().as_tensor());
+    }
   }
 }
 
@@ -37,12 +50,15 @@ void WeightReceiver::load_shared_bucket(int slot, const weight_sync::BucketManif
   }
   engine_.load_weight_bucket(
       weight_sync::unpack_bucket(manifest, buffer.narrow(0, 0, manifest.nbytes)));
+  // The copies run on the engine's stream; the trainer reuses the buffer once this returns.
+  if (buffer.is_cuda()) torch::cuda::synchronize(buffer.device().index());
 }
 
 void WeightReceiver::close_shared_buffers() {
   std::lock_guard<std::mutex> lock(mutex_);
   shared_tensors_.clear();
   shared_.clear();
+  cuda_shared_.clear();
 }
 
 void WeightReceiver::join_broadcast_group(const BroadcastGroupSpec& spec) {

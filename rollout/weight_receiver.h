@@ -2,10 +2,12 @@
 // buckets of weight_sync/bucket.h arrive and how each reaches Engine::load_weight_bucket.
 //
 //   colocated     the trainer rank on this node packs each bucket into one of two shared
-//                 buffers (POSIX shared memory on the CPU) that the receiver mapped once:
-//                 open_shared_buffers(names) then load_shared_bucket(slot, manifest) per bucket.
-//                 The trainer unlinks the names as soon as its engines have opened them, so
-//                 nothing stays in /dev/shm and the mappings are reused by every later sync.
+//                 buffers that the receiver mapped once: POSIX shared memory on the CPU, CUDA
+//                 IPC memory on a GPU (the trainer's device must be the engine's GPU).
+//                 open_shared_buffers(buffers) then load_shared_bucket(slot, manifest) per
+//                 bucket. The trainer unlinks shared-memory names as soon as its engines have
+//                 opened them, so nothing stays in /dev/shm and the mappings are reused by every
+//                 later sync.
 //   disaggregated join_broadcast_group() once (trainer rank 0 is rank 0 of the group, the
 //                 engines ranks 1..E), then receive_broadcast(manifests) per sync: bucket k+1 is
 //                 received while bucket k is loaded.
@@ -27,6 +29,7 @@
 #include "comm/communicator.h"
 #include "comm/process_group.h"
 #include "weight_sync/bucket.h"
+#include "weight_sync/cuda_ipc_buffer.h"
 #include "weight_sync/shared_memory_segment.h"
 
 namespace ooze::rollout {
@@ -46,13 +49,25 @@ struct BroadcastGroupSpec {
   }
 };
 
+// The trainer's two colocated hand-over buffers, as an engine maps them.
+struct SharedWeightBuffers {
+  bool cuda_ipc = false;             // CUDA IPC handles (weight_sync/cuda_ipc_buffer.h), else
+  std::vector<std::string> handles;  // shared-memory names
+  int64_t nbytes = 0;                // each buffer's size
+  template <class A>
+  void serialize(A& ar) {
+    ar(cuda_ipc, handles, nbytes);
+  }
+};
+
 class WeightReceiver {
  public:
   explicit WeightReceiver(Engine& engine) : engine_(engine) {}
 
-  // Maps the trainer's shared buffers (each `nbytes`), replacing any mapped before.
-  void open_shared_buffers(const std::vector<std::string>& names, int64_t nbytes);
-  // Loads the bucket the trainer packed into buffer `slot`.
+  // Maps the trainer's shared buffers, replacing any mapped before.
+  void open_shared_buffers(const SharedWeightBuffers& buffers);
+  // Loads the bucket the trainer packed into buffer `slot`; on a GPU, the copies are done when
+  // this returns, so the trainer may pack the buffer again.
   void load_shared_bucket(int slot, const weight_sync::BucketManifest& manifest);
   // Unmaps the shared buffers (their memory returns once the trainer unmaps too).
   void close_shared_buffers();
@@ -73,6 +88,7 @@ class WeightReceiver {
   Engine& engine_;
   std::mutex mutex_;  // one transfer at a time
   std::vector<weight_sync::SharedMemorySegment> shared_;
+  std::vector<weight_sync::CudaIpcBuffer> cuda_shared_;
   std::vector<at::Tensor> shared_tensors_;
   std::shared_ptr<comm::Communicator> group_;
   std::string group_name_;

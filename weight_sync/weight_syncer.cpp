@@ -1,6 +1,7 @@
 #include "weight_sync/weight_syncer.h"
 
 #include <ATen/ATen.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -212,17 +213,28 @@ void WeightSyncer::open_shared_buffers(std::vector<Target>& targets) {
   if (all_mapped) return;
   // New buffers for everyone this rank serves: the old names are gone from /dev/shm.
   shared_.clear();
+  shared_segments_.clear();
+  cuda_buffers_.clear();
   std::fill(engine_mapped_.begin(), engine_mapped_.end(), false);
-  const int64_t nbytes = buckets_.largest_bucket_bytes();
-  std::vector<std::string> names;
+  const at::Device device = model_.unit(0).master_shard().device();
+  rollout::SharedWeightBuffers buffers;
+  buffers.cuda_ipc = device.is_cuda();
+  buffers.nbytes = buckets_.largest_bucket_bytes();
   for (int i = 0; i < 2; ++i) {
-    shared_.push_back(SharedMemorySegment::create(nbytes));
-    names.push_back(shared_.back().name());
+    if (buffers.cuda_ipc) {
+      cuda_buffers_.push_back(CudaIpcBuffer::create(buffers.nbytes, device.index()));
+      buffers.handles.push_back(cuda_buffers_.back().handle());
+      shared_.push_back(cuda_buffers_.back().as_tensor());
+    } else {
+      shared_segments_.push_back(SharedMemorySegment::create(buffers.nbytes));
+      buffers.handles.push_back(shared_segments_.back().name());
+      shared_.push_back(shared_segments_.back().as_tensor());
+    }
   }
   call_targets(targets, "mapping the shared weight buffers",
-               &rollout::RolloutEngine::open_shared_weight_buffers, names, nbytes);
+               &rollout::RolloutEngine::open_shared_weight_buffers, buffers);
   for (const Target& t : targets) engine_mapped_[t.index] = t.ok();
-  for (SharedMemorySegment& segment : shared_) segment.unlink();  // the mappings stay
+  for (SharedMemorySegment& segment : shared_segments_) segment.unlink();  // the mappings stay
 }
 
 void WeightSyncer::pack(size_t k, at::Tensor& buffer, WeightSyncReport& report) {
@@ -253,8 +265,10 @@ void WeightSyncer::deliver_colocated(std::vector<Target>& targets, WeightSyncRep
     report.transfer_seconds += seconds_since(start);
   };
   for (size_t k = 0; k < plan.size(); ++k) {
-    at::Tensor buffer = shared_[k % 2].as_tensor();
+    at::Tensor buffer = shared_[k % 2];
     pack(k, buffer, report);
+    // CUDA orders nothing across processes: the bucket is complete before an engine reads it.
+    if (buffer.is_cuda()) torch::cuda::synchronize(buffer.device().index());
     if (k > 0) wait_loads(k - 1);  // frees the other buffer for bucket k+1
     for (size_t i = 0; i < targets.size(); ++i) {
       if (!targets[i].ok()) continue;

@@ -3,12 +3,13 @@
 // (weight_sync/trainer_buckets.h cuts them from the FSDP shards; rollout/weight_receiver.h is
 // the engine's end).
 //
-//   colocated      engine i shares a node with trainer rank i mod W, which serves it: each
-//                  bucket is packed into one of two POSIX shared-memory buffers both processes
-//                  mapped once (their names are unlinked as soon as the engines have opened
-//                  them, so /dev/shm holds nothing), and the engine copies it into its weights
-//                  while the rank packs the next bucket into the other buffer. Every rank serves
-//                  its engines at once, as in Slime.
+//   colocated      engine i shares a node (on a GPU: the GPU) with trainer rank i mod W, which
+//                  serves it: each bucket is packed into one of two buffers both processes
+//                  mapped once, POSIX shared memory on the CPU (the names are unlinked as soon
+//                  as the engines have opened them, so /dev/shm holds nothing) and CUDA IPC
+//                  memory on a GPU, and the engine copies it into its weights while the rank
+//                  packs the next bucket into the other buffer. Every rank serves its engines at
+//                  once, as in Slime.
 //   disaggregated  trainer rank 0 and the engines form one broadcast group (Gloo on the CPU,
 //                  NCCL on a GPU) through the head's key-value store; the buckets' manifests go
 //                  to the engines in one actor call, the bytes by broadcast, and bucket k+1 is
@@ -41,6 +42,7 @@
 #include "actors/runtime.h"
 #include "core/error.h"
 #include "rollout/rollout_engine_actor.h"
+#include "weight_sync/cuda_ipc_buffer.h"
 #include "weight_sync/shared_memory_segment.h"
 #include "weight_sync/trainer_buckets.h"
 #include "weight_sync/weight_sync_options.h"
@@ -129,8 +131,11 @@ class WeightSyncer {
   int world_size_ = 1;
   std::map<std::string, uint32_t> trainer_checksums_;  // of the last sync's packed tensors
 
-  // Colocated: the two shared buffers, and which engines mapped them.
-  std::vector<SharedMemorySegment> shared_;
+  // Colocated: the two shared buffers (segments on the CPU, CUDA IPC memory on a GPU), and
+  // which engines mapped them.
+  std::vector<SharedMemorySegment> shared_segments_;
+  std::vector<CudaIpcBuffer> cuda_buffers_;
+  std::vector<at::Tensor> shared_;
   std::vector<bool> engine_mapped_;
   // Disaggregated: the broadcast group and the engines in it (ranks 1..).
   std::shared_ptr<comm::Communicator> group_;
