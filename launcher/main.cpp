@@ -11,6 +11,7 @@
 #include "launcher/foundation_demo.h"
 #include "launcher/foundation_demo_config.h"
 #include "launcher/model_init_command.h"
+#include "launcher/plot_command.h"
 #include "launcher/reward_command.h"
 #include "launcher/rollout_command.h"
 #include "launcher/router_command.h"
@@ -40,6 +41,8 @@ const char* kUsage =
     "                 score {\"response\", \"label\", \"metadata\"} JSON lines from stdin\n"
     "  rollout --hf-checkpoint DIR --prompt-data FILE --rm-type TYPE [--help]\n"
     "                 rollouts and evaluations without training, metrics as JSON lines\n"
+    "  plot OUT [--out DIR] [--keys KEY,KEY,...]\n"
+    "                 draw OUT/metrics.jsonl's metrics against step as PNGs with gnuplot\n"
     "  start --head [--host IP] [--port P] | start --address HEAD_IP:PORT [--token T]\n"
     "                 start the cluster's head (with a node), or a node joining it\n"
     "  status [--address HEAD_IP:PORT]\n"
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
     if (command == "router") return ooze::launcher::run_router_command(rest);
     if (command == "reward") return ooze::launcher::run_reward_command(rest, std::cin, std::cout);
     if (command == "rollout") return ooze::launcher::run_rollout_command(rest, std::cout);
+    if (command == "plot") return ooze::launcher::run_plot_command(rest, std::cout);
     if (command == "start") return ooze::launcher::run_start_command(rest);
     if (command == "status") return ooze::launcher::run_status_command(rest);
     if (command == "stop") return ooze::launcher::run_stop_command(rest);
