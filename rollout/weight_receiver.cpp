@@ -126,6 +126,12 @@ int64_t WeightReceiver::receive_broadcast(
     engine_.abort_weight_sync(reason);
     throw comm::CommError(reason);
   }
+  // On a GPU the buffers would keep device memory from generation until the next sync; on the
+  // CPU they stay, so the next sync receives into pages already mapped.
+  if (at::Device(engine_.info().device).is_cuda()) {
+    broadcast_buffers_[0] = at::Tensor();
+    broadcast_buffers_[1] = at::Tensor();
+  }
   return received;
 }
 

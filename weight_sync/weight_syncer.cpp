@@ -343,8 +343,9 @@ void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncRep
   }
   const at::TensorOptions byte_options =
       at::TensorOptions(at::kByte).device(model_.unit(0).master_shard().device());
-  at::Tensor buffers[2] = {at::empty({buckets_.largest_bucket_bytes()}, byte_options),
-                           at::empty({buckets_.largest_bucket_bytes()}, byte_options)};
+  for (at::Tensor& buffer : broadcast_buffers_) {
+    if (!buffer.defined()) buffer = at::empty({buckets_.largest_bucket_bytes()}, byte_options);
+  }
   comm::WorkPtr sending;
   std::string broadcast_failure;
   auto wait_sending = [&](size_t bucket) {
@@ -359,7 +360,7 @@ void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncRep
     report.transfer_seconds += seconds_since(start);
   };
   for (size_t k = 0; k < plan.size(); ++k) {
-    at::Tensor buffer = buffers[k % 2].narrow(0, 0, plan[k].nbytes);
+    at::Tensor buffer = broadcast_buffers_[k % 2].narrow(0, 0, plan[k].nbytes);
     pack(k, buffer, report);  // while bucket k-1 is on the wire
     if (sending) wait_sending(k - 1);
     if (broadcast_failure.empty()) sending = group_->broadcast_async(buffer, 0);
@@ -372,6 +373,11 @@ void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncRep
   }
   report.transfer_seconds += seconds_since(start);
   if (!broadcast_failure.empty()) group_.reset();  // out of step: the next sync forms a new one
+  // GPU memory goes back to training (and to a colocated engine) between syncs.
+  if (broadcast_buffers_[0].is_cuda()) {
+    broadcast_buffers_[0] = at::Tensor();
+    broadcast_buffers_[1] = at::Tensor();
+  }
 }
 
 void WeightSyncer::check_checksums(std::vector<Target>& targets) {

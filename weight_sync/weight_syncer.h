@@ -137,9 +137,12 @@ class WeightSyncer {
   std::vector<CudaIpcBuffer> cuda_buffers_;
   std::vector<at::Tensor> shared_;
   std::vector<bool> engine_mapped_;
-  // Disaggregated: the broadcast group and the engines in it (ranks 1..).
+  // Disaggregated: the broadcast group, the engines in it (ranks 1..), and the two buckets in
+  // flight, kept from sync to sync on the CPU: packing into memory touched before is several
+  // times faster than into fresh pages.
   std::shared_ptr<comm::Communicator> group_;
   std::vector<size_t> group_members_;
+  at::Tensor broadcast_buffers_[2];
 };
 
 }  // namespace ooze::weight_sync
