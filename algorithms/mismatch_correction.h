@@ -41,6 +41,11 @@ struct MismatchCorrectionOptions {
   void validate() const;
   // Whether the loss needs rollout log-probs.
   bool needs_rollout_log_probs() const { return use_tis || get_mismatch_metrics; }
+
+  template <class A>
+  void serialize(A& ar) {
+    ar(use_tis, tis_clip, tis_clip_low, level, mode, get_mismatch_metrics);
+  }
 };
 
 struct RolloutImportanceWeights {

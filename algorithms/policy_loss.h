@@ -57,6 +57,13 @@ struct PolicyLossOptions {
   static PolicyLossOptions from_config(const Config& config);
   // Throws ConfigError when eps_clip_c is in (0, 1] or the TIS bounds are not ordered.
   void validate() const;
+
+  // The trainer's ranks receive the options with their actor calls.
+  template <class A>
+  void serialize(A& ar) {
+    ar(kind, eps_clip, eps_clip_high, eps_clip_c, entropy_coef, use_kl_loss, kl_loss_coef,
+       kl_loss_type, use_unbiased_kl, mismatch, use_opsm, opsm_delta);
+  }
 };
 
 // One packed micro-batch (packed_sequences.h). Every tensor is [T] except cu_seqlens.

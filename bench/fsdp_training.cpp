@@ -273,6 +273,7 @@ StepTimes train_fsdp(fsdp::FsdpTransformer& fsdp, int rank, TimedCommunicator* t
   fsdp::TrainStepOptions options;
   options.packing.micro_batch_size = kSequences;  // one micro-batch, as the baseline
   options.loss_aggregation = algorithms::LossAggregation::kTokenMean;
+  options.loss_type = fsdp::LossType::kSftLoss;  // the baseline's loss
   options.clip_grad = kClipGrad;
   StepTimes times;
   for (int step = 0; step < kWarmupSteps + kTimedSteps; ++step) {

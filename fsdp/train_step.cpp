@@ -137,6 +137,39 @@ std::map<std::string, double> reduce_over_ranks(FsdpTransformer& model,
   return reduced;
 }
 
+algorithms::LossOutput sft_loss_of(FsdpTransformer& model, const PackedMicroBatch& batch,
+                                   const algorithms::LossScale& scale) {
+  const models::TokenLogProbs predicted =
+      token_log_probs(model, batch, /*temperature=*/1.0, /*with_entropy=*/false);
+  return algorithms::sft_loss({batch.cu_seqlens, batch.loss_mask, predicted.log_probs, {}}, scale);
+}
+
+// The per-token values come with the samples; only those the options use are looked up, so a
+// missing one is named (PackedMicroBatch::value) and an unused one costs nothing. A rank without
+// samples trains on a padding micro-batch that counts nothing: its values are zeros.
+algorithms::LossOutput policy_loss_of(FsdpTransformer& model, const PackedMicroBatch& batch,
+                                      bool rank_has_samples, const TrainStepOptions& options,
+                                      const algorithms::LossScale& scale) {
+  const algorithms::PolicyLossOptions& policy = options.policy_loss;
+  const models::TokenLogProbs predicted =
+      token_log_probs(model, batch, options.temperature, /*with_entropy=*/policy.entropy_coef != 0);
+  auto value = [&](const std::string& name) {
+    return rank_has_samples ? batch.value(name) : at::zeros_like(predicted.log_probs);
+  };
+  algorithms::PolicyLossInputs inputs;
+  inputs.cu_seqlens = batch.cu_seqlens;
+  inputs.loss_mask = batch.loss_mask;
+  inputs.log_probs = predicted.log_probs;
+  inputs.entropy = predicted.entropy;
+  inputs.old_log_probs = value("old_log_probs");
+  inputs.advantages = value("advantages");
+  if (policy.use_kl_loss) inputs.ref_log_probs = value("ref_log_probs");
+  if (policy.mismatch.needs_rollout_log_probs()) {
+    inputs.rollout_log_probs = value("rollout_log_probs");
+  }
+  return algorithms::policy_loss(inputs, policy, scale);
+}
+
 }  // namespace
 
 PackingSample language_modeling_sample(const std::vector<int64_t>& tokens) {
@@ -176,10 +209,10 @@ TrainStepOutput train_step(FsdpTransformer& model, ShardedAdamW& optimizer, doub
   LossMetrics metrics;
   for (const std::vector<int64_t>& indices : micro_batches) {
     const PackedMicroBatch batch = pack_on(device, samples, indices);
-    const models::TokenLogProbs predicted =
-        token_log_probs(model, batch, /*temperature=*/1.0, /*with_entropy=*/false);
     const algorithms::LossOutput loss =
-        algorithms::sft_loss({batch.cu_seqlens, batch.loss_mask, predicted.log_probs, {}}, scale);
+        options.loss_type == LossType::kPolicyLoss
+            ? policy_loss_of(model, batch, !samples.empty(), options, scale)
+            : sft_loss_of(model, batch, scale);
     model.backward(loss.loss);
     metrics.merge(loss.metrics);
   }

@@ -4,8 +4,11 @@
 //               --use-dynamic-batch-size, else --micro-batch-size samples), as many on every rank;
 //   2. pack     each micro-batch into flat tokens with cu_seqlens and restarting positions;
 //   3. forward  the sharded model, then log p(token | earlier tokens of its sample) per token;
-//   4. loss     through algorithms/, normalised by the step's global counts (loss_aggregation.h)
-//               so that the world size and the micro-batch split do not change the gradient;
+//   4. loss     through algorithms/: the policy loss of RL (policy_loss.h, from each sample's
+//               "advantages" and "old_log_probs", with "ref_log_probs" and "rollout_log_probs"
+//               when the options use them) or the SFT loss, normalised by the step's global
+//               counts (loss_aggregation.h) so that the world size and the micro-batch split do
+//               not change the gradient;
 //   5. backward accumulating into the gradient shards, micro-batch after micro-batch;
 //   6. step     global-norm clipping and AdamW (optimizer_step.h).
 //
@@ -26,17 +29,26 @@
 #include <vector>
 
 #include "algorithms/loss_aggregation.h"
+#include "algorithms/policy_loss.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/packing.h"
 #include "fsdp/sharded_adamw.h"
 
 namespace ooze::fsdp {
 
+// Which loss a step trains on (--loss-type, Slime's values).
+enum class LossType { kPolicyLoss, kSftLoss };
+
 struct TrainStepOptions {
   PackingOptions packing;
   algorithms::LossAggregation loss_aggregation =
       algorithms::LossAggregation::kSequenceMeanTokenMean;  // --loss-aggregation
   double clip_grad = 1.0;  // --clip-grad; <= 0: no clipping (the norm is still computed)
+  LossType loss_type = LossType::kPolicyLoss;
+  algorithms::PolicyLossOptions policy_loss;  // with kPolicyLoss
+  // The policy's log-probs are those of softmax(logits / temperature), the distribution the
+  // rollouts sampled from (--rollout-temperature), as the old and rollout log-probs are.
+  double temperature = 1.0;
 };
 
 struct TrainStepOutput {

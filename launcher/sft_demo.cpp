@@ -53,6 +53,7 @@ ConfigSchema build_sft_demo_schema() {
   defaults.packing.use_dynamic_batch_size = true;
   defaults.packing.max_tokens_per_gpu = 4096;
   defaults.loss_aggregation = algorithms::LossAggregation::kTokenMean;
+  defaults.loss_type = fsdp::LossType::kSftLoss;
   add_trainer_fields(schema, defaults);
   return schema;
 }

@@ -113,9 +113,15 @@ TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
   const TrainerOptions& options = state_->options;
   fsdp::TrainingProgress& progress = state_->progress;
   const double lr = state_->schedule->lr_at(progress.lr_completed_steps);
+  fsdp::TrainStepOptions step_options;
+  step_options.packing = options.packing;
+  step_options.loss_aggregation = options.loss_aggregation;
+  step_options.clip_grad = options.clip_grad;
+  step_options.loss_type = options.loss_type;
+  step_options.policy_loss = options.policy_loss;
+  step_options.temperature = options.temperature;
   const fsdp::TrainStepOutput step =
-      fsdp::train_step(*state_->model, *state_->optimizer, lr, batch.samples,
-                       {options.packing, options.loss_aggregation, options.clip_grad});
+      fsdp::train_step(*state_->model, *state_->optimizer, lr, batch.samples, step_options);
   // As in Megatron, a skipped step counts as an iteration but does not advance the schedule.
   progress.iteration += 1;
   progress.lr_completed_steps += step.skipped ? 0 : 1;

@@ -68,6 +68,10 @@ void add_trainer_fields(ConfigSchema& schema, const TrainerOptions& defaults) {
 
   fsdp::add_batching_fields(schema, defaults.packing);
   algorithms::add_loss_aggregation_field(schema, defaults.loss_aggregation);
+  schema.add_enum("loss_type", {"policy_loss", "sft_loss"},
+                  defaults.loss_type == fsdp::LossType::kSftLoss ? "sft_loss" : "policy_loss",
+                  "What the trainer minimises: the RL policy loss (algorithm section) or the "
+                  "supervised loss on response tokens.");
   comm::add_distributed_fields(schema, defaults.distributed);
 }
 
@@ -109,6 +113,9 @@ TrainerOptions trainer_options_from_config(const Config& config, int64_t total_i
   options.packing = fsdp::PackingOptions::from_config(config);
   options.loss_aggregation =
       algorithms::parse_loss_aggregation(config.get<std::string>("loss_aggregation"));
+  options.loss_type = config.get<std::string>("loss_type") == "sft_loss"
+                          ? fsdp::LossType::kSftLoss
+                          : fsdp::LossType::kPolicyLoss;
   options.distributed = comm::ProcessGroupOptions::from_config(config);
   options.ckpt_step = config.get<int64_t>("ckpt_step");
   options.load_optim = config.get<bool>("load_optim");

@@ -15,10 +15,12 @@
 #include <string>
 
 #include "algorithms/loss_aggregation.h"
+#include "algorithms/policy_loss.h"
 #include "comm/process_group.h"
 #include "core/config.h"
 #include "fsdp/lr_schedule.h"
 #include "fsdp/packing.h"
+#include "fsdp/train_step.h"
 
 namespace ooze::launcher {
 
@@ -46,10 +48,15 @@ struct TrainerOptions {
   bool prefetch = true;
   bool gradient_checkpointing = false;
 
-  // The step: micro-batches and the loss's normalisation.
+  // The step: micro-batches, the loss and its normalisation. --loss-type is read here; the
+  // policy loss's options (the algorithm section) and the rollouts' temperature (log-probs are
+  // taken at it) are the RL loop's to set.
   fsdp::PackingOptions packing;
   algorithms::LossAggregation loss_aggregation =
       algorithms::LossAggregation::kSequenceMeanTokenMean;
+  fsdp::LossType loss_type = fsdp::LossType::kPolicyLoss;
+  algorithms::PolicyLossOptions policy_loss;
+  double temperature = 1.0;
 
   // The collective group.
   comm::ProcessGroupOptions distributed;
@@ -65,7 +72,7 @@ struct TrainerOptions {
        lr_decay_style, lr_wsd_decay_iters, lr_wsd_decay_style, total_iters, weight_decay,
        adam_beta1, adam_beta2, adam_eps, clip_grad);
     ar(bf16, reshard_after_forward, prefetch, gradient_checkpointing);
-    ar(packing, loss_aggregation, distributed);
+    ar(packing, loss_aggregation, loss_type, policy_loss, temperature, distributed);
     ar(ckpt_step, load_optim, load_rng);
   }
 };

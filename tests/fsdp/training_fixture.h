@@ -190,6 +190,7 @@ inline TrainRecord train_fsdp(fsdp::FsdpTransformer& model, fsdp::ShardedAdamW& 
   fsdp::TrainStepOptions options;
   options.packing.micro_batch_size = per_rank / settings.micro_batches;
   options.loss_aggregation = algorithms::LossAggregation::kTokenMean;
+  options.loss_type = fsdp::LossType::kSftLoss;
   options.clip_grad = settings.clip_grad;
   TrainRecord record;
   for (int step = settings.first_step; step < settings.first_step + settings.steps; ++step) {

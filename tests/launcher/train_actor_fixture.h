@@ -54,6 +54,7 @@ class TrainActorFixture : public ::testing::Test {
     TrainerOptions defaults;
     defaults.lr = 1e-2;
     defaults.loss_aggregation = algorithms::LossAggregation::kTokenMean;
+    defaults.loss_type = fsdp::LossType::kSftLoss;
     ConfigSchema schema;
     add_trainer_fields(schema, defaults);
     return trainer_options_from_config(load_config(schema, "", flags), /*total_iters=*/10);
@@ -94,12 +95,11 @@ class TrainActorFixture : public ::testing::Test {
     return out;
   }
 
-  // One step of `group` on `sequences` dealt out as the driver deals them (fsdp/packing.h's
-  // split_across_ranks with the group's options); returns the step's loss, which every rank
-  // must report alike.
-  static double train(const TrainerGroup& group, const Sequences& sequences,
-                      const fsdp::PackingOptions& packing = {}) {
-    const TrainBatch global = batch_of(sequences);
+  // One step of `group` on `global` dealt out as the driver deals it (fsdp/packing.h's
+  // split_across_ranks with the group's options); returns rank 0's result, after checking that
+  // every rank reports the same step.
+  static TrainStepResult train(const TrainerGroup& group, const TrainBatch& global,
+                               const fsdp::PackingOptions& packing) {
     const auto shares =
         fsdp::split_across_ranks(fsdp::sample_lengths(global.samples), group.size(), packing);
     std::vector<TrainBatch> per_rank(group.size());
@@ -111,11 +111,16 @@ class TrainActorFixture : public ::testing::Test {
     for (const TrainStepResult& result : results) {
       EXPECT_FALSE(result.skipped);
       EXPECT_GT(result.grad_norm, 0.0);
-      EXPECT_EQ(result.samples, static_cast<int64_t>(sequences.size()));
+      EXPECT_EQ(result.samples, static_cast<int64_t>(global.samples.size()));
       EXPECT_EQ(result.metrics, results.front().metrics);
       EXPECT_EQ(result.grad_norm, results.front().grad_norm);
     }
-    return results.front().metrics.at("loss");
+    return results.front();
+  }
+  // The same on plain language-modelling sequences; returns the step's loss.
+  static double train(const TrainerGroup& group, const Sequences& sequences,
+                      const fsdp::PackingOptions& packing = {}) {
+    return train(group, batch_of(sequences), packing).metrics.at("loss");
   }
   static double train(const TrainerGroup& group, int step) { return train(group, batch(step)); }
 

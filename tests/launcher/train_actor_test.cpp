@@ -220,5 +220,92 @@ TEST_F(TrainActorTest, DynamicBatchingAtTwoRanksMatchesOneRank) {
   stop(single);
 }
 
+// RL samples: each sequence's last half is the response, every response token carries its
+// sequence's advantage, and the old log-probs are `old_log_probs` (the trainer's own, or not).
+TrainBatch policy_batch(const Sequences& sequences, const std::vector<float>& advantages,
+                        const std::vector<at::Tensor>& old_log_probs = {}) {
+  TrainBatch batch;
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    fsdp::PackingSample sample;
+    sample.tokens = at::tensor(sequences[s], at::kLong);
+    sample.response_length = static_cast<int64_t>(sequences[s].size()) / 2;
+    if (!old_log_probs.empty()) {
+      sample.response_values["old_log_probs"] = old_log_probs[s];
+      sample.response_values["advantages"] =
+          at::full({sample.response_length}, advantages[s], at::kFloat);
+    }
+    batch.samples.push_back(sample);
+  }
+  return batch;
+}
+
+// The rank's log-probs of `batch`'s responses, as the RL loop recomputes the old ones.
+std::vector<at::Tensor> log_probs_of(const TrainerGroup& group, const TrainBatch& batch) {
+  return actors::get_all(group.call_all(&TrainActor::compute_log_probs, batch, 1.0, false))[0]
+      .log_probs;
+}
+
+// With every advantage 1 and the old log-probs the policy's own (the ratio is exactly 1), the
+// policy loss's gradient is the supervised loss's on the same response tokens: one step of each
+// lands on the same weights. And before the first update Slime's invariants hold: ppo_kl and
+// pg_clipfrac are exactly 0.
+TEST_F(TrainActorTest, PolicyLossAtRatioOneStepsAsTheSupervisedLoss) {
+  auto policy = start_group(1, "policy", trainer_options({"--loss-type", "policy_loss"}));
+  auto supervised = start_group(1, "supervised", trainer_options({"--loss-type", "sft_loss"}));
+  const Sequences sequences = batch(0);
+  const std::vector<float> ones(sequences.size(), 1.0f);
+  const TrainBatch rl =
+      policy_batch(sequences, ones, log_probs_of(policy, policy_batch(sequences, ones)));
+
+  const TrainStepResult step = train(policy, rl, {});
+  EXPECT_EQ(step.metrics.at("ppo_kl"), 0.0);
+  EXPECT_EQ(step.metrics.at("pg_clipfrac"), 0.0);
+  EXPECT_NEAR(step.metrics.at("pg_loss"), -1.0, 1e-6);  // -ratio * advantage
+  train(supervised, policy_batch(sequences, ones), {});
+
+  const auto policy_weights = weights(policy, "policy-model");
+  const auto supervised_weights = weights(supervised, "supervised-model");
+  double most = 0;
+  for (const auto& [name, tensor] : supervised_weights) {
+    most = std::max(most, (policy_weights.at(name) - tensor).abs().max().item<double>());
+  }
+  EXPECT_LE(most, 1e-6) << "the policy step went elsewhere than the supervised one";
+  stop(policy);
+  stop(supervised);
+}
+
+// The policy loss with clipping at work (old log-probs off the policy's, advantages of both
+// signs): two ranks take the steps one rank takes, also when one of them has no sample.
+TEST_F(TrainActorTest, PolicyLossStepAtTwoRanksMatchesOneRank) {
+  const TrainerOptions options = trainer_options({"--loss-type", "policy_loss"});
+  auto pair = start_group(2, "policy-pair", options);
+  auto single = start_group(1, "policy-single", options);
+  const Sequences sequences = batch(0, /*size=*/8);
+  std::vector<float> advantages;
+  for (size_t s = 0; s < sequences.size(); ++s) advantages.push_back(s % 3 == 0 ? -1.0f : 0.5f);
+  std::vector<at::Tensor> old = log_probs_of(single, policy_batch(sequences, advantages));
+  torch::manual_seed(5);
+  for (at::Tensor& values : old) values = values + 0.3 * torch::randn_like(values);
+  const TrainBatch rl = policy_batch(sequences, advantages, old);
+
+  const TrainStepResult two = train(pair, rl, options.packing);
+  const TrainStepResult one = train(single, rl, options.packing);
+  EXPECT_GT(one.metrics.at("pg_clipfrac"), 0.0) << "no token was clipped";
+  EXPECT_NE(one.metrics.at("ppo_kl"), 0.0);
+  for (const std::string key : {"loss", "pg_loss", "pg_clipfrac", "ppo_kl"}) {
+    EXPECT_NEAR(two.metrics.at(key), one.metrics.at(key), 1e-6) << key;
+  }
+  // One sample, dealt to rank 0: rank 1 trains on padding that counts nothing.
+  const TrainBatch lone = policy_batch({sequences[1]}, {advantages[1]}, {old[1]});
+  const auto dealt = actors::get_all(pair.call_each(&TrainActor::train_step, [&](int rank) {
+    return std::make_tuple(rank == 0 ? lone : TrainBatch{});
+  }));
+  EXPECT_NEAR(dealt[1].metrics.at("loss"), train(single, lone, options.packing).metrics.at("loss"),
+              1e-6);
+  EXPECT_LT(max_difference(score(pair, batch(99)), score(single, batch(99))), 1e-5);
+  stop(pair);
+  stop(single);
+}
+
 }  // namespace
 }  // namespace ooze::launcher
