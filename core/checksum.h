@@ -1,10 +1,13 @@
 // CRC-32 (the IEEE / zlib polynomial, as in gzip, PNG and Python's zlib.crc32) of bytes in
-// memory or of a whole file, for detecting corrupted or truncated checkpoint files. It is not
-// a cryptographic hash: it catches accidents (bit flips, torn writes), not tampering.
+// memory or of a whole file, for detecting corrupted or truncated checkpoint files, and CRC-32C
+// (the Castagnoli polynomial, as in iSCSI, ext4 and TFRecord files) with the masked form
+// TFRecord framing stores. Neither is a cryptographic hash: they catch accidents (bit flips,
+// torn writes), not tampering.
 //
 //   uint32_t crc = crc32(data, size);                    // one buffer
 //   crc = crc32(more, more_size, crc);                   // continues over a second buffer
 //   FileChecksum sum = checksum_file("iter_0000042/model_rank00000.safetensors");
+//   uint32_t stored = mask_crc32c(crc32c(data, size));  // what a TFRecord holds by its data
 #pragma once
 
 #include <cstddef>
@@ -16,6 +19,13 @@ namespace ooze {
 // The CRC-32 of `size` bytes at `data`, continuing from `previous` (the CRC of the bytes that
 // came before them; 0 to start). crc32("123456789", 9) == 0xCBF43926.
 uint32_t crc32(const void* data, size_t size, uint32_t previous = 0);
+
+// The CRC-32C, likewise. crc32c("123456789", 9) == 0xE3069283.
+uint32_t crc32c(const void* data, size_t size, uint32_t previous = 0);
+
+// TFRecord's mask: a CRC computed over bytes that themselves hold CRCs is weak, so the stored
+// value is rotated right by 15 bits and offset by a constant.
+uint32_t mask_crc32c(uint32_t crc);
 
 struct FileChecksum {
   uint32_t crc32 = 0;

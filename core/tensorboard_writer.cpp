@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "core/crc32c.h"
+#include "core/checksum.h"
 #include "core/error.h"
 #include "core/proto/event.pb.h"
 

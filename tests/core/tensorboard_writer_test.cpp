@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/crc32c.h"
+#include "core/checksum.h"
 #include "core/error.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/process.h"
