@@ -28,7 +28,10 @@
 //                           written) while the engine loads the bucket before, so at best it
 //                           takes about the packing's time. Also the best sync's split
 //                           (WeightSyncReport): _pack, _transfer (waiting for the engine's loads
-//                           beyond the packing), _control (begin, finish), in ms.
+//                           beyond the packing), _control (begin, finish), in ms. Then the same
+//                           into an fp32 engine with 64 MiB buckets (sync_fp32_*, against a
+//                           memcpy of the fp32 bytes): no conversion, only the hand-over's two
+//                           overlapped copies.
 // weight_sync_bucket_sweep  the same sync with 16, 64, 256, 512 MiB and 1 GiB buckets, against
 //                           the same memcpy: whether the default is the right size. A tensor
 //                           larger than a bucket (the 311 MB embedding) travels alone.
@@ -36,7 +39,8 @@
 //                           a raw Gloo broadcast of the same bytes from this process to 2 others
 //                           (the slowest rank's time), itself also printed against memcpy. What
 //                           the sync adds to that transport is packing, the engines' loads and
-//                           its control calls; same split as above.
+//                           its control calls; same split as above. Then the same with 64 MiB
+//                           buckets, whose first packing and last load are shorter.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <malloc.h>
@@ -330,10 +334,11 @@ ooze::models::ModelConfig write_model(const std::string& dir) {
   return ooze::models::init_hf_model(options);
 }
 
-ooze::rollout::EngineOptions engine_options(const std::string& model_dir) {
+ooze::rollout::EngineOptions engine_options(const std::string& model_dir,
+                                            const std::string& dtype) {
   ooze::rollout::EngineOptions options;
   options.model_dir = model_dir;
-  options.dtype = "bfloat16";
+  options.dtype = dtype;
   options.kv_cache_blocks = 16;  // generation is only the correctness check here
   options.block_size = 16;
   options.intra_op_threads = 1;
@@ -341,11 +346,12 @@ ooze::rollout::EngineOptions engine_options(const std::string& model_dir) {
   return options;
 }
 
-std::vector<EngineHandle> spawn_engines(int count, const std::string& model_dir) {
+std::vector<EngineHandle> spawn_engines(int count, const std::string& model_dir,
+                                        const std::string& dtype = "bfloat16") {
   std::vector<EngineHandle> engines;
   for (int i = 0; i < count; ++i) {
     engines.push_back(ooze::actors::spawn<RolloutEngine>(
-        ooze::rollout::rollout_engine_actor_options(), engine_options(model_dir)));
+        ooze::rollout::rollout_engine_actor_options(), engine_options(model_dir, dtype)));
   }
   for (const EngineHandle& engine : engines) engine.wait_ready(std::chrono::minutes(5));
   return engines;
@@ -402,10 +408,11 @@ std::string mib_name(int64_t bytes) {
 // the broadcast group), each to the next version; *version is the engines' current one.
 WeightSyncReport best_sync(ooze::fsdp::FsdpTransformer& trainer,
                            const std::vector<EngineHandle>& engines, EnginePlacement placement,
-                           int64_t bucket_bytes, int64_t* version) {
+                           int64_t bucket_bytes, int64_t* version,
+                           at::ScalarType engine_dtype = at::kBFloat16) {
   ooze::weight_sync::WeightSyncOptions options;
   options.update_weight_buffer_size = bucket_bytes;
-  WeightSyncer syncer(trainer.sharded(), at::kBFloat16, engines, placement, options,
+  WeightSyncer syncer(trainer.sharded(), engine_dtype, engines, placement, options,
                       "weight-sync-bench");
   WeightSyncReport best;
   best.seconds = 1e30;
@@ -502,6 +509,14 @@ void bench_syncs(const char* argv0) {
   }
   for (const EngineHandle& engine : engines) ooze::actors::kill(engine);
 
+  // Colocated into an fp32 engine: no conversion, so both sides only copy (packing into the
+  // buffer, loading out of it); 64 MiB buckets keep the two copies overlapped.
+  engines = spawn_engines(1, model_dir, "float32");
+  const int64_t fp32_bucket = 64 * kMiB;
+  const WeightSyncReport colocated_fp32 =
+      best_sync(trainer, engines, EnginePlacement::kColocated, fp32_bucket, &version, at::kFloat);
+  for (const EngineHandle& engine : engines) ooze::actors::kill(engine);
+
   // Disaggregated: two engines, a Gloo broadcast group with this process as its root.
   engines = spawn_engines(2, model_dir);
   start = Clock::now();
@@ -509,10 +524,15 @@ void bench_syncs(const char* argv0) {
   std::fprintf(stderr, "checked disaggregated sync in %.1f s\n", seconds_since(start));
   const WeightSyncReport disaggregated =
       best_sync(trainer, engines, EnginePlacement::kDisaggregated, default_bucket, &version);
+  // Smaller buckets shorten what cannot overlap: packing the first, loading the last.
+  const int64_t small_bucket = 64 * kMiB;
+  const WeightSyncReport disaggregated_small =
+      best_sync(trainer, engines, EnginePlacement::kDisaggregated, small_bucket, &version);
   for (const EngineHandle& engine : engines) ooze::actors::kill(engine);
   ooze::actors::shutdown();
 
   memcpy_s = std::min(memcpy_s, memcpy_seconds(bytes));
+  const double memcpy_fp32_s = memcpy_seconds(2 * bytes);
   broadcast_s = std::min(broadcast_s, raw_broadcast_seconds(argv0, bytes));
   const double memcpy_gbps = gb / memcpy_s, broadcast_gbps = gb / broadcast_s;
 
@@ -523,6 +543,13 @@ void bench_syncs(const char* argv0) {
   print_line(bench, colocated_name, colocated_gbps, "GB/s", memcpy_gbps,
              colocated_gbps / memcpy_gbps);
   print_split(bench, colocated_name, colocated);
+  const std::string fp32_name = "sync_fp32_" + size_name + "_" + mib_name(fp32_bucket);
+  const double fp32_memcpy_gbps = 2 * gb / memcpy_fp32_s;
+  const double fp32_gbps = 2 * gb / colocated_fp32.seconds;
+  print_line(bench, "memcpy_fp32_" + size_name, fp32_memcpy_gbps, "GB/s", std::nullopt,
+             std::nullopt);
+  print_line(bench, fp32_name, fp32_gbps, "GB/s", fp32_memcpy_gbps, fp32_gbps / fp32_memcpy_gbps);
+  print_split(bench, fp32_name, colocated_fp32);
 
   bench = "weight_sync_bucket_sweep";
   for (size_t i = 0; i < sweep.size(); ++i) {
@@ -540,6 +567,11 @@ void bench_syncs(const char* argv0) {
   print_line(bench, disaggregated_name, disaggregated_gbps, "GB/s", broadcast_gbps,
              disaggregated_gbps / broadcast_gbps);
   print_split(bench, disaggregated_name, disaggregated);
+  const std::string small_name =
+      "sync_bf16_" + size_name + "_" + mib_name(small_bucket) + "_2engines";
+  const double small_gbps = gb / disaggregated_small.seconds;
+  print_line(bench, small_name, small_gbps, "GB/s", broadcast_gbps, small_gbps / broadcast_gbps);
+  print_split(bench, small_name, disaggregated_small);
 
   const std::vector<std::string> left = own_segments_left();
   if (!left.empty()) {
