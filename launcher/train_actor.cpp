@@ -16,6 +16,7 @@
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/hf_export.h"
 #include "fsdp/lr_schedule.h"
+#include "fsdp/reference_model.h"
 #include "fsdp/sharded_adamw.h"
 #include "fsdp/sharded_loading.h"
 #include "models/model_config.h"
@@ -56,6 +57,7 @@ struct TrainActor::State {
   at::Device device = at::kCPU;
   std::shared_ptr<comm::Communicator> comm;
   std::unique_ptr<fsdp::FsdpTransformer> model;
+  std::unique_ptr<fsdp::ReferenceModel> reference;
   std::unique_ptr<fsdp::ShardedAdamW> optimizer;
   std::unique_ptr<fsdp::LrSchedule> schedule;
   TrainerOptions options;
@@ -93,6 +95,13 @@ int64_t TrainActor::init(const TrainInit& init) {
   model->to(state->device);
   state->model = std::make_unique<fsdp::FsdpTransformer>(model, state->comm, fsdp_options);
   fsdp::load_sharded_safetensors(state->model->sharded(), init.model_dir);
+  if (init.reference_model) {
+    // Before any step (and before a checkpoint is loaded): the initial policy, exactly.
+    state->reference = std::make_unique<fsdp::ReferenceModel>(
+        init.ref_load.empty()
+            ? fsdp::ReferenceModel::copy_of(*state->model, fsdp_options)
+            : fsdp::ReferenceModel::from_hf_checkpoint(init.ref_load, state->comm, fsdp_options));
+  }
   fsdp::ShardedAdamWOptions adam;
   adam.beta1 = options.adam_beta1;
   adam.beta2 = options.adam_beta2;
@@ -145,6 +154,17 @@ fsdp::ResponseLogProbs TrainActor::compute_log_probs(const TrainBatch& batch, do
   if (!state_) throw Error("TrainActor::compute_log_probs before init");
   return fsdp::compute_log_probs(*state_->model, batch.samples, state_->options.packing,
                                  temperature, with_entropy);
+}
+
+fsdp::ResponseLogProbs TrainActor::compute_ref_log_probs(const TrainBatch& batch,
+                                                         double temperature) {
+  if (!state_) throw Error("TrainActor::compute_ref_log_probs before init");
+  if (!state_->reference) {
+    throw Error(
+        "TrainActor::compute_ref_log_probs: this trainer holds no reference model (init it "
+        "with reference_model, as --use-kl-loss and --kl-coef do)");
+  }
+  return state_->reference->compute_log_probs(batch.samples, state_->options.packing, temperature);
 }
 
 TrainProgress TrainActor::save(const std::string& dir) {
@@ -222,8 +242,9 @@ void TrainActor::wake_up() {
 
 int64_t TrainActor::state_bytes() const {
   if (!state_) return 0;
+  const size_t reference = state_->reference ? state_->reference->sharded().allocated_bytes() : 0;
   return static_cast<int64_t>(state_->model->sharded().allocated_bytes() +
-                              state_->optimizer->state_bytes());
+                              state_->optimizer->state_bytes() + reference);
 }
 
 namespace {
@@ -232,6 +253,7 @@ const auto train_actor_class =
         .method("init", &TrainActor::init)
         .method("train_step", &TrainActor::train_step)
         .method("compute_log_probs", &TrainActor::compute_log_probs)
+        .method("compute_ref_log_probs", &TrainActor::compute_ref_log_probs)
         .method("save", &TrainActor::save)
         .method("load", &TrainActor::load)
         .method("save_hf", &TrainActor::save_hf)

@@ -41,9 +41,13 @@ struct TrainInit {
   std::string model_dir;   // HF layout: config.json + safetensors
   std::string group_name;  // rendezvous key prefix, unique per trainer group
   TrainerOptions options;
+  // The frozen reference model of KL-regularised RL (--use-kl-loss, --kl-coef), sharded like
+  // the policy: the HF model in `ref_load` (--ref-load), or else the initial policy.
+  bool reference_model = false;
+  std::string ref_load;
   template <class A>
   void serialize(A& ar) {
-    ar(model_dir, group_name, options);
+    ar(model_dir, group_name, options, reference_model, ref_load);
   }
 };
 
@@ -106,6 +110,8 @@ class TrainActor {
   // batch's order, at `temperature` (fsdp::compute_log_probs); a collective like train_step.
   fsdp::ResponseLogProbs compute_log_probs(const TrainBatch& batch, double temperature,
                                            bool with_entropy);
+  // The same under the frozen reference model (init with reference_model); a collective.
+  fsdp::ResponseLogProbs compute_ref_log_probs(const TrainBatch& batch, double temperature);
   // Writes a sharded checkpoint of weights, AdamW state, schedule position and RNG into
   // DIR/iter_<iteration> (fsdp/checkpoint.h); every rank takes part.
   TrainProgress save(const std::string& dir);
@@ -130,7 +136,7 @@ class TrainActor {
   // memory and back, so colocated rollout engines can use the GPU in between; no-ops on the CPU.
   void sleep();
   void wake_up();
-  // Bytes of parameters, gradients and optimizer state this rank holds.
+  // Bytes of parameters, gradients, optimizer state and reference weights this rank holds.
   int64_t state_bytes() const;
 
  private:

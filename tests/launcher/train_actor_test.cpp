@@ -11,6 +11,7 @@
 
 #include "core/safetensors.h"
 #include "tests/launcher/train_actor_fixture.h"
+#include "tests/support/expect_error.h"
 
 namespace ooze::launcher {
 namespace {
@@ -305,6 +306,67 @@ TEST_F(TrainActorTest, PolicyLossStepAtTwoRanksMatchesOneRank) {
   EXPECT_LT(max_difference(score(pair, batch(99)), score(single, batch(99))), 1e-5);
   stop(pair);
   stop(single);
+}
+
+// The reference model of KL-regularised RL: before the first update it scores exactly as the
+// policy does (Slime's step-0 invariant), it stays the initial policy while the policy trains, and
+// with --ref-load it is another checkpoint (here the trained policy's export).
+TEST_F(TrainActorTest, TheReferenceModelIsTheInitialPolicyOrTheRefLoadCheckpoint) {
+  actors::ActorGroupOptions options;
+  options.actor.resources = {{"CPU", 1}};
+  options.group_name = "with-reference";
+  auto pair = TrainerGroup::spawn(2, options);
+  TrainInit init{*dir_ + "/model", "with-reference", trainer_options()};
+  init.reference_model = true;
+  actors::get_all(pair.call_all(&TrainActor::init, init));
+  const TrainBatch probe = batch_of(batch(99));
+  auto reference_scores = [&](const TrainerGroup& group) {
+    return actors::get_all(group.call_all(&TrainActor::compute_ref_log_probs, probe, 1.0))[0]
+        .log_probs;
+  };
+  auto policy_scores = [&](const TrainerGroup& group) {
+    return actors::get_all(group.call_all(&TrainActor::compute_log_probs, probe, 1.0, false))[0]
+        .log_probs;
+  };
+  auto equal = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!at::equal(a[i], b[i])) return false;
+    }
+    return true;
+  };
+  const std::vector<at::Tensor> initial = policy_scores(pair);
+  EXPECT_TRUE(equal(reference_scores(pair), initial)) << "step 0: reference != policy";
+
+  train(pair, 0);
+  train(pair, 1);
+  EXPECT_FALSE(equal(policy_scores(pair), initial));
+  EXPECT_TRUE(equal(reference_scores(pair), initial)) << "the reference moved with the policy";
+
+  // --ref-load: the trained weights, exported, as another group's reference.
+  const std::string trained = *dir_ + "/trained-for-reference";
+  actors::get_all(pair.call_all(&TrainActor::save_hf, trained));
+  options.group_name = "ref-load";
+  auto single = TrainerGroup::spawn(1, options);
+  init.group_name = "ref-load";
+  init.ref_load = trained;
+  actors::get_all(single.call_all(&TrainActor::init, init));
+  const std::vector<at::Tensor> loaded = reference_scores(single);
+  const std::vector<at::Tensor> expected = policy_scores(pair);
+  ASSERT_EQ(loaded.size(), expected.size());
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    EXPECT_LT((loaded[i] - expected[i]).abs().max().item<double>(), 1e-5) << "sample " << i;
+  }
+  EXPECT_TRUE(equal(policy_scores(single), initial)) << "--ref-load changed the policy";
+
+  // A trainer without a reference says so.
+  auto plain = start_group(1, "no-reference");
+  const std::string message = testing::error_message_of<actors::RemoteError>(
+      [&] { plain.call(0, &TrainActor::compute_ref_log_probs, probe, 1.0).get(); });
+  EXPECT_CONTAINS(message, "holds no reference model");
+  stop(pair);
+  stop(single);
+  stop(plain);
 }
 
 }  // namespace
