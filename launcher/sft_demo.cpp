@@ -163,7 +163,10 @@ int run_sft_demo(const std::vector<std::string>& args) {
   options.placement_group = &placement;
   options.group_name = "sft-" + actors::random_id(4);
   auto trainers = actors::ActorGroup<TrainActor>::spawn(world, options);
-  TrainInit init{model.out_dir, options.group_name, trainer};
+  TrainInit init;
+  init.model_dir = model.out_dir;
+  init.group_name = options.group_name;
+  init.options = trainer;
   int64_t parameters = actors::get_all(trainers.call_all(&TrainActor::init, init)).front();
   std::printf("%d FSDP ranks (TrainActors) hold %.2fM parameters sharded\n", world,
               parameters / 1e6);

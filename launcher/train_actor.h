@@ -5,7 +5,8 @@
 // out (fsdp::split_across_ranks), every rank plans, packs and trains on its share.
 //
 //   auto trainers = ActorGroup<TrainActor>::spawn(2, options);
-//   get_all(trainers.call_all(&TrainActor::init, TrainInit{model_dir, group, trainer_options}));
+//   TrainInit init;  // model_dir, group_name, options; reference_model for KL-regularised RL
+//   get_all(trainers.call_all(&TrainActor::init, init));
 //   get_all(trainers.call_all(&TrainActor::load, std::string("/ckpt")));   // to resume
 //   auto results = get_all(trainers.call_each(&TrainActor::train_step,
 //                                             [&](int r) { return std::make_tuple(batch_of(r));

@@ -15,13 +15,13 @@
 #include "core/config.h"
 #include "fsdp/packing.h"
 #include "launcher/train_actor.h"
+#include "launcher/trainer_group.h"
 #include "models/model_init.h"
 #include "tests/support/process.h"
 
 namespace ooze::launcher {
 
 using Sequences = std::vector<std::vector<int64_t>>;
-using TrainerGroup = actors::ActorGroup<TrainActor>;
 
 constexpr int kBatchSize = 4;
 
@@ -67,7 +67,11 @@ class TrainActorFixture : public ::testing::Test {
     options.actor.resources = {{"CPU", 1}};
     options.group_name = name;
     auto group = TrainerGroup::spawn(size, options);
-    actors::get_all(group.call_all(&TrainActor::init, TrainInit{*dir_ + "/model", name, trainer}));
+    TrainInit init;
+    init.model_dir = *dir_ + "/model";
+    init.group_name = name;
+    init.options = trainer;
+    actors::get_all(group.call_all(&TrainActor::init, init));
     return group;
   }
 
@@ -95,27 +99,14 @@ class TrainActorFixture : public ::testing::Test {
     return out;
   }
 
-  // One step of `group` on `global` dealt out as the driver deals it (fsdp/packing.h's
-  // split_across_ranks with the group's options); returns rank 0's result, after checking that
-  // every rank reports the same step.
+  // One step of `group` on `global` dealt out as the driver deals it (launcher/trainer_group.h).
   static TrainStepResult train(const TrainerGroup& group, const TrainBatch& global,
                                const fsdp::PackingOptions& packing) {
-    const auto shares =
-        fsdp::split_across_ranks(fsdp::sample_lengths(global.samples), group.size(), packing);
-    std::vector<TrainBatch> per_rank(group.size());
-    for (int rank = 0; rank < group.size(); ++rank) {
-      for (int64_t index : shares[rank]) per_rank[rank].samples.push_back(global.samples[index]);
-    }
-    auto results = actors::get_all(group.call_each(
-        &TrainActor::train_step, [&](int rank) { return std::make_tuple(per_rank[rank]); }));
-    for (const TrainStepResult& result : results) {
-      EXPECT_FALSE(result.skipped);
-      EXPECT_GT(result.grad_norm, 0.0);
-      EXPECT_EQ(result.samples, static_cast<int64_t>(global.samples.size()));
-      EXPECT_EQ(result.metrics, results.front().metrics);
-      EXPECT_EQ(result.grad_norm, results.front().grad_norm);
-    }
-    return results.front();
+    const TrainStepResult result = train_step(group, global, packing);
+    EXPECT_FALSE(result.skipped);
+    EXPECT_GT(result.grad_norm, 0.0);
+    EXPECT_EQ(result.samples, static_cast<int64_t>(global.samples.size()));
+    return result;
   }
   // The same on plain language-modelling sequences; returns the step's loss.
   static double train(const TrainerGroup& group, const Sequences& sequences,

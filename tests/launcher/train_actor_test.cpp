@@ -240,10 +240,9 @@ TrainBatch policy_batch(const Sequences& sequences, const std::vector<float>& ad
   return batch;
 }
 
-// The rank's log-probs of `batch`'s responses, as the RL loop recomputes the old ones.
+// The group's log-probs of `batch`'s responses, as the RL loop recomputes the old ones.
 std::vector<at::Tensor> log_probs_of(const TrainerGroup& group, const TrainBatch& batch) {
-  return actors::get_all(group.call_all(&TrainActor::compute_log_probs, batch, 1.0, false))[0]
-      .log_probs;
+  return log_probs(group, batch, {}, 1.0);
 }
 
 // With every advantage 1 and the old log-probs the policy's own (the ratio is exactly 1), the
@@ -316,18 +315,18 @@ TEST_F(TrainActorTest, TheReferenceModelIsTheInitialPolicyOrTheRefLoadCheckpoint
   options.actor.resources = {{"CPU", 1}};
   options.group_name = "with-reference";
   auto pair = TrainerGroup::spawn(2, options);
-  TrainInit init{*dir_ + "/model", "with-reference", trainer_options()};
+  TrainInit init;
+  init.model_dir = *dir_ + "/model";
+  init.group_name = "with-reference";
+  init.options = trainer_options();
   init.reference_model = true;
   actors::get_all(pair.call_all(&TrainActor::init, init));
   const TrainBatch probe = batch_of(batch(99));
+  // Dealt over the ranks and put back in order, as the RL loop scores a rollout.
   auto reference_scores = [&](const TrainerGroup& group) {
-    return actors::get_all(group.call_all(&TrainActor::compute_ref_log_probs, probe, 1.0))[0]
-        .log_probs;
+    return log_probs(group, probe, {}, 1.0, Scorer::kReference);
   };
-  auto policy_scores = [&](const TrainerGroup& group) {
-    return actors::get_all(group.call_all(&TrainActor::compute_log_probs, probe, 1.0, false))[0]
-        .log_probs;
-  };
+  auto policy_scores = [&](const TrainerGroup& group) { return log_probs(group, probe, {}, 1.0); };
   auto equal = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -337,6 +336,14 @@ TEST_F(TrainActorTest, TheReferenceModelIsTheInitialPolicyOrTheRefLoadCheckpoint
   };
   const std::vector<at::Tensor> initial = policy_scores(pair);
   EXPECT_TRUE(equal(reference_scores(pair), initial)) << "step 0: reference != policy";
+  // In the batch's order: rank 0 scoring the whole batch alone gives the same per sample.
+  const auto whole =
+      actors::get_all(pair.call_all(&TrainActor::compute_log_probs, probe, 1.0, false))[0];
+  ASSERT_EQ(whole.log_probs.size(), initial.size());
+  for (size_t i = 0; i < initial.size(); ++i) {
+    ASSERT_EQ(whole.log_probs[i].numel(), initial[i].numel()) << "sample " << i;
+    EXPECT_LT((whole.log_probs[i] - initial[i]).abs().max().item<double>(), 1e-5) << i;
+  }
 
   train(pair, 0);
   train(pair, 1);

@@ -1,0 +1,66 @@
+#include "launcher/trainer_group.h"
+
+#include <string>
+#include <tuple>
+
+#include "core/error.h"
+
+namespace ooze::launcher {
+namespace {
+
+std::vector<TrainBatch> shares_of(const TrainBatch& global,
+                                  const std::vector<std::vector<int64_t>>& shares) {
+  std::vector<TrainBatch> per_rank(shares.size());
+  for (size_t rank = 0; rank < shares.size(); ++rank) {
+    for (int64_t index : shares[rank]) per_rank[rank].samples.push_back(global.samples[index]);
+  }
+  return per_rank;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> deal(const TrainBatch& global, int world_size,
+                                       const fsdp::PackingOptions& packing) {
+  return fsdp::split_across_ranks(fsdp::sample_lengths(global.samples), world_size, packing);
+}
+
+TrainStepResult train_step(const TrainerGroup& group, const TrainBatch& global,
+                           const fsdp::PackingOptions& packing) {
+  const std::vector<TrainBatch> per_rank = shares_of(global, deal(global, group.size(), packing));
+  auto results = actors::get_all(group.call_each(
+      &TrainActor::train_step, [&](int rank) { return std::make_tuple(per_rank[rank]); }));
+  // The step's numbers are reduced over the ranks: ranks that disagree are out of step.
+  for (size_t rank = 1; rank < results.size(); ++rank) {
+    if (results[rank].metrics != results[0].metrics ||
+        results[rank].grad_norm != results[0].grad_norm ||
+        results[rank].samples != results[0].samples) {
+      throw Error("trainer ranks 0 and " + std::to_string(rank) +
+                  " report different steps: the group is out of step");
+    }
+  }
+  return results.front();
+}
+
+std::vector<at::Tensor> log_probs(const TrainerGroup& group, const TrainBatch& global,
+                                  const fsdp::PackingOptions& packing, double temperature,
+                                  Scorer scorer) {
+  const std::vector<std::vector<int64_t>> shares = deal(global, group.size(), packing);
+  const std::vector<TrainBatch> per_rank = shares_of(global, shares);
+  std::vector<fsdp::ResponseLogProbs> answers =
+      scorer == Scorer::kPolicy
+          ? actors::get_all(group.call_each(
+                &TrainActor::compute_log_probs,
+                [&](int rank) { return std::make_tuple(per_rank[rank], temperature, false); }))
+          : actors::get_all(group.call_each(&TrainActor::compute_ref_log_probs, [&](int rank) {
+              return std::make_tuple(per_rank[rank], temperature);
+            }));
+  std::vector<at::Tensor> ordered(global.samples.size());
+  for (size_t rank = 0; rank < shares.size(); ++rank) {
+    for (size_t i = 0; i < shares[rank].size(); ++i) {
+      ordered[shares[rank][i]] = answers[rank].log_probs.at(i);
+    }
+  }
+  return ordered;
+}
+
+}  // namespace ooze::launcher
