@@ -18,6 +18,7 @@
 #include "launcher/serve_command.h"
 #include "launcher/sft_demo.h"
 #include "launcher/tokenize_command.h"
+#include "launcher/train_command.h"
 
 namespace {
 
@@ -39,6 +40,8 @@ const char* kUsage =
     "                 balance requests over several engine servers\n"
     "  reward --rm-type TYPE | --custom-rm-path lib.so:fn [--help]\n"
     "                 score {\"response\", \"label\", \"metadata\"} JSON lines from stdin\n"
+    "  train --hf-checkpoint DIR --prompt-data FILE --rm-type TYPE --output-dir OUT [--help]\n"
+    "                 the RL loop: rollouts, rewards, training and weight sync, metrics in OUT\n"
     "  rollout --hf-checkpoint DIR --prompt-data FILE --rm-type TYPE [--help]\n"
     "                 rollouts and evaluations without training, metrics as JSON lines\n"
     "  plot OUT [--out DIR] [--keys KEY,KEY,...]\n"
@@ -100,6 +103,7 @@ int main(int argc, char** argv) {
     if (command == "serve") return ooze::launcher::run_serve_command(rest);
     if (command == "router") return ooze::launcher::run_router_command(rest);
     if (command == "reward") return ooze::launcher::run_reward_command(rest, std::cin, std::cout);
+    if (command == "train") return ooze::launcher::run_train_command(rest, std::cout);
     if (command == "rollout") return ooze::launcher::run_rollout_command(rest, std::cout);
     if (command == "plot") return ooze::launcher::run_plot_command(rest, std::cout);
     if (command == "start") return ooze::launcher::run_start_command(rest);

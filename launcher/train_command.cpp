@@ -1,0 +1,284 @@
+#include "launcher/train_command.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <ostream>
+
+#include "actors/runtime.h"
+#include "algorithms/algorithm_options.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/metrics.h"
+#include "launcher/trainer_group.h"
+#include "launcher/training_batch.h"
+#include "models/tokenizer.h"
+#include "rollout/prompt_dataset.h"
+#include "rollout/prompt_source.h"
+#include "rollout/reward_model.h"
+#include "rollout/rollout_engine_actor.h"
+#include "rollout/rollout_manager.h"
+#include "rollout/rollout_options.h"
+#include "rollout/router.h"
+#include "weight_sync/weight_sync_options.h"
+
+namespace ooze::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+ConfigSchema build_schema() {
+  ConfigSchema schema;
+  schema.section("model");
+  schema.add_string("hf_checkpoint", "", "Hugging Face model directory: the initial policy.")
+      .required();
+  schema.add_string("ref_load", "",
+                    "Hugging Face model directory of the reference model; empty: the initial "
+                    "policy.");
+  schema.section("placement");
+  schema.add_int("actor_num_nodes", 1, "Nodes of the trainer.").min(1);
+  schema
+      .add_int("actor_num_gpus_per_node", 1,
+               "Trainer ranks per node (a GPU each; a process slot on the CPU).")
+      .min(1);
+  schema.add_int("rollout_num_gpus", 1, "GPUs (process slots) of all rollout engines.").min(1);
+  schema.add_int("rollout_num_gpus_per_engine", 1, "GPUs of one engine (tensor parallel).").min(1);
+  schema.add_bool("colocate", false,
+                  "Engines share the trainer ranks' nodes (GPUs) and receive weights through "
+                  "shared memory (CUDA IPC); otherwise by broadcast.");
+  schema.section("engines");
+  schema.add_int("engine_max_running_requests", 64, "Sequences each engine decodes at once.")
+      .min(1);
+  schema.add_int("engine_kv_cache_memory_mb", 1024, "KV-cache memory of each engine.").min(1);
+  schema.add_int("engine_threads", 1, "Intra-op CPU threads of each engine.").min(1);
+  schema.section("training");
+  schema
+      .add_int("global_batch_size", 0,
+               "Samples per optimizer step; 0: the whole rollout (rollout_batch_size * "
+               "n_samples_per_prompt) in one step.")
+      .min(0);
+  schema.add_bool("use_rollout_logprobs", false,
+                  "Use the engines' log-probs as the old policy's instead of recomputing them.");
+  schema.section("output");
+  schema.add_string("output_dir", "runs/train", "Where config.json and metrics.jsonl go.");
+  rollout::add_prompt_data_fields(schema);
+  rollout::add_rollout_fields(schema);
+  rollout::add_reward_fields(schema);
+  rollout::add_eval_fields(schema);
+  algorithms::add_algorithm_fields(schema);
+  add_trainer_fields(schema);
+  weight_sync::add_weight_sync_fields(schema);
+  schema.add_check("rollout_num_gpus_per_engine", [](const Config& c) -> std::string {
+    if (c.get<int64_t>("rollout_num_gpus_per_engine") != 1) {
+      return "--rollout-num-gpus-per-engine must be 1: engines are not tensor parallel yet";
+    }
+    return "";
+  });
+  return schema;
+}
+
+// Mean |old - rollout| log-prob over the counted response tokens: how far the trainer's
+// recomputation is from the engines' (Slime's train/train_rollout_logprob_abs_diff).
+double logprob_abs_diff(const TrainingBatch& batch) {
+  const std::vector<at::Tensor> old = batch.get("old_log_probs");
+  const std::vector<at::Tensor> rollout = batch.get("rollout_log_probs");
+  double sum = 0, count = 0;
+  for (size_t i = 0; i < old.size(); ++i) {
+    const at::Tensor& mask = batch.samples[i].response_mask;
+    sum += ((old[i] - rollout[i]).abs() * mask).sum().item<double>();
+    count += mask.sum().item<double>();
+  }
+  return count > 0 ? sum / count : 0.0;
+}
+
+// The oldest weight version that sampled a token of the rollout: rollout_id when every engine
+// had the last sync's weights.
+double oldest_weight_version(const rollout::RolloutResult& result) {
+  int64_t oldest = -1;
+  for (const auto& group : result.groups) {
+    for (const rollout::Sample& sample : group) {
+      for (int64_t version : sample.weight_versions) {
+        if (version >= 0 && (oldest < 0 || version < oldest)) oldest = version;
+      }
+    }
+  }
+  return static_cast<double>(oldest);
+}
+
+}  // namespace
+
+int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
+  static const ConfigSchema schema = build_schema();
+  const std::optional<Config> config = load_config_from_command_line(schema, args);
+  if (!config) {
+    out << "usage: ooze train --hf-checkpoint DIR --prompt-data FILE --rm-type TYPE [flags]\n\n"
+        << schema.help();
+    return 0;
+  }
+  // Everything that can be refused is checked before any process starts.
+  const std::string model_dir = config->get<std::string>("hf_checkpoint");
+  const std::string output_dir = config->get<std::string>("output_dir");
+  const models::Tokenizer tokenizer = models::load_tokenizer(model_dir);
+  const rollout::PromptDatasetOptions data_options =
+      rollout::PromptDatasetOptions::from_config(*config);
+  auto dataset = std::make_shared<const rollout::PromptDataset>(data_options, tokenizer);
+  const rollout::EvalOptions eval_options =
+      rollout::EvalOptions::from_config(*config, data_options);
+  std::vector<std::unique_ptr<rollout::PromptDataset>> eval_data;
+  std::vector<std::pair<std::string, const rollout::PromptDataset*>> eval_datasets;
+  for (const rollout::EvalDataset& eval : eval_options.datasets) {
+    eval_data.push_back(std::make_unique<rollout::PromptDataset>(eval.options, tokenizer));
+    eval_datasets.emplace_back(eval.name, eval_data.back().get());
+  }
+  rollout::RewardModel rewards(rollout::RewardOptions::from_config(*config));
+  const rollout::RolloutOptions rollout_options = rollout::RolloutOptions::from_config(*config);
+  const algorithms::AlgorithmOptions algorithm = algorithms::AlgorithmOptions::from_config(*config);
+  const int64_t num_rollout =
+      rollout::num_rollouts(*config, dataset->size(), rollout_options.rollout_batch_size);
+  const int64_t rollout_samples =
+      rollout_options.rollout_batch_size * rollout_options.n_samples_per_prompt;
+  const int64_t global_batch_size = config->get<int64_t>("global_batch_size") > 0
+                                        ? config->get<int64_t>("global_batch_size")
+                                        : rollout_samples;
+  if (rollout_samples % global_batch_size != 0) {
+    throw ConfigError("--global-batch-size " + std::to_string(global_batch_size) +
+                      " does not divide a rollout's " + std::to_string(rollout_samples) +
+                      " samples (--rollout-batch-size * --n-samples-per-prompt)");
+  }
+  const int64_t steps_per_rollout = rollout_samples / global_batch_size;
+  const int world_size = static_cast<int>(config->get<int64_t>("actor_num_nodes") *
+                                          config->get<int64_t>("actor_num_gpus_per_node"));
+  const int num_engines = static_cast<int>(config->get<int64_t>("rollout_num_gpus") /
+                                           config->get<int64_t>("rollout_num_gpus_per_engine"));
+  if (global_batch_size < world_size) {
+    throw ConfigError("--global-batch-size " + std::to_string(global_batch_size) +
+                      " is smaller than the " + std::to_string(world_size) +
+                      " trainer ranks: every rank needs a sample per step");
+  }
+  TrainerOptions trainer = trainer_options_from_config(*config, num_rollout * steps_per_rollout);
+  trainer.policy_loss = algorithm.policy_loss;
+  // The policy's log-probs are those of the distribution the rollouts sampled (greedy: T = 1).
+  trainer.temperature =
+      rollout_options.sampling.temperature > 0 ? rollout_options.sampling.temperature : 1.0;
+  const bool needs_reference =
+      algorithm.policy_loss.use_kl_loss || algorithm.advantage.kl_coef != 0;
+  const bool use_rollout_logprobs = config->get<bool>("use_rollout_logprobs");
+  config->save_effective_config(output_dir);
+  MetricsSink metrics(output_dir + "/metrics.jsonl");
+
+  // The processes: trainer ranks and engines, each in a slot of its own.
+  actors::RuntimeOptions runtime;
+  runtime.resources = {{"CPU", static_cast<double>(world_size + num_engines)}};
+  actors::init(runtime);
+  actors::ActorGroupOptions group_options;
+  group_options.actor.resources = {{"CPU", 1}};
+  group_options.group_name = "train-" + actors::random_id(4);
+  const TrainerGroup trainers = TrainerGroup::spawn(world_size, group_options);
+  TrainInit init;
+  init.model_dir = model_dir;
+  init.group_name = group_options.group_name;
+  init.options = trainer;
+  init.reference_model = needs_reference;
+  init.ref_load = config->get<std::string>("ref_load");
+  actors::get_all(trainers.call_all(&TrainActor::init, init));
+
+  rollout::EngineOptions engine;
+  engine.model_dir = model_dir;
+  engine.max_running_requests = config->get<int64_t>("engine_max_running_requests");
+  engine.kv_cache_memory_mb = config->get<int64_t>("engine_kv_cache_memory_mb");
+  engine.intra_op_threads = static_cast<int>(config->get<int64_t>("engine_threads"));
+  std::vector<actors::ActorHandle<rollout::RolloutEngine>> engines;
+  rollout::RouterOptions router_options;
+  for (int i = 0; i < num_engines; ++i) {
+    engines.push_back(
+        actors::spawn<rollout::RolloutEngine>(rollout::rollout_engine_actor_options(), engine));
+  }
+  for (const auto& handle : engines) {
+    router_options.engine_urls.push_back(
+        handle
+            .call(&rollout::RolloutEngine::start_server, std::string("127.0.0.1"), 0, std::string())
+            .get(std::chrono::minutes(10)));
+  }
+  rollout::Router router(router_options);
+  RolloutEngineConnection connection;
+  connection.engines = engines;
+  connection.colocate = config->get<bool>("colocate");
+  connection.options = weight_sync::WeightSyncOptions::from_config(*config);
+  actors::get_all(trainers.call_all(&TrainActor::connect_rollout_engines, connection));
+
+  rollout::PromptSource source(dataset, rollout::PromptSourceOptions::from_config(*config));
+  rollout::RolloutManager manager(rollout_options, source, router, tokenizer, rewards);
+  // A line of metrics goes to OUT/metrics.jsonl (step: the rollout id) and to stdout.
+  auto emit = [&](int64_t rollout_id, const std::map<std::string, double>& line) {
+    metrics.log(rollout_id, line);
+    nlohmann::json printed(line);
+    printed["rollout_id"] = rollout_id;
+    out << printed.dump() << std::endl;
+  };
+  auto evaluate = [&](int64_t rollout_id) {
+    const Clock::time_point start = Clock::now();
+    rollout::MetricMap line = manager.evaluate(eval_datasets, eval_options);
+    line["perf/eval_time"] = seconds_since(start);
+    emit(rollout_id, line);
+  };
+  int64_t optimizer_steps = 0;
+  const bool evaluating = !eval_datasets.empty() && eval_options.eval_interval > 0;
+
+  for (int64_t rollout_id = 0; rollout_id < num_rollout; ++rollout_id) {
+    if (evaluating && rollout_id % eval_options.eval_interval == 0) evaluate(rollout_id);
+    std::map<std::string, double> line;
+    Clock::time_point start = Clock::now();
+    rollout::RolloutResult result = manager.generate(rollout_id);
+    line = result.metrics;
+    line["perf/rollout_time"] = seconds_since(start);
+    line["rollout/oldest_weight_version"] = oldest_weight_version(result);
+
+    TrainingBatch batch = training_batch(result.groups, rewards.options().reward_key);
+    const TrainBatch everything{batch.samples};
+    start = Clock::now();
+    batch.set("old_log_probs",
+              use_rollout_logprobs
+                  ? batch.get("rollout_log_probs")
+                  : log_probs(trainers, everything, trainer.packing, trainer.temperature));
+    line["perf/log_probs_time"] = seconds_since(start);
+    line["train/train_rollout_logprob_abs_diff"] = logprob_abs_diff(batch);
+    if (needs_reference) {
+      start = Clock::now();
+      batch.set("ref_log_probs", log_probs(trainers, everything, trainer.packing,
+                                           trainer.temperature, Scorer::kReference));
+      line["perf/ref_log_probs_time"] = seconds_since(start);
+    }
+    compute_advantages(batch, algorithm.advantage, algorithm.policy_loss.kl_loss_type);
+
+    // Each optimizer step logs a line of its own, "train/step" counting them over the run.
+    start = Clock::now();
+    for (const TrainBatch& step : batch.global_batches(global_batch_size)) {
+      const TrainStepResult trained = train_step(trainers, step, trainer.packing);
+      std::map<std::string, double> step_line;
+      for (const auto& [key, value] : trained.metrics) step_line["train/" + key] = value;
+      step_line["train/grad_norm"] = trained.grad_norm;
+      step_line["train/lr"] = trained.lr;
+      step_line["train/step"] = static_cast<double>(++optimizer_steps);
+      emit(rollout_id, step_line);
+    }
+    line["perf/train_time"] = seconds_since(start);
+
+    start = Clock::now();
+    const auto synced = actors::get_all(
+        trainers.call_all(&TrainActor::update_weights, rollout_id + 1, /*abort_in_flight=*/true));
+    line["perf/update_weights_time"] = seconds_since(start);
+    line["perf/update_weights_bytes"] = static_cast<double>(synced.front().bytes);
+
+    emit(rollout_id, line);
+  }
+  if (evaluating) evaluate(num_rollout);
+  actors::shutdown();
+  return 0;
+}
+
+}  // namespace ooze::launcher

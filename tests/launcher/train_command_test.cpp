@@ -1,0 +1,159 @@
+// `ooze train` as a user runs it: the real binary, trainer ranks and engines in worker processes,
+// weights synced after every rollout, and the metrics it writes. Slime's invariants are checked
+// on them: the first step after every sync sees old log-probs equal to the policy's (ppo_kl
+// exactly 0), the trainer's recomputation matches the engines' log-probs, every sample of rollout
+// k was sampled by the weights of sync k, and before any update the reference is the policy.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/rollout/tiny_model.h"
+#include "tests/support/process.h"
+
+namespace ooze::launcher {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+std::string ooze_program() { return ::ooze::testing::build_path("launcher/ooze"); }
+
+std::string write_prompts(const std::string& path, int count) {
+  std::ofstream out(path);
+  for (int i = 0; i < count; ++i) {
+    out << json{{"input", std::to_string(i) + "+" + std::to_string(i) + "="},
+                {"label", std::to_string(2 * i)}}
+               .dump()
+        << "\n";
+  }
+  return path;
+}
+
+std::vector<json> read_lines(const std::string& path) {
+  std::vector<json> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(json::parse(line));
+  return lines;
+}
+
+struct TrainRun {
+  std::vector<json> rollouts;  // one line per rollout
+  std::vector<json> steps;     // one line per optimizer step
+  json config;
+};
+
+TrainRun train(const std::string& name, std::vector<std::string> flags) {
+  const std::string dir = ::ooze::testing::make_temp_dir("train-command-" + name);
+  std::vector<std::string> command = {ooze_program(),
+                                      "train",
+                                      "--hf-checkpoint",
+                                      rollout::testing::tiny_model_dir(),
+                                      "--prompt-data",
+                                      write_prompts(dir + "/train.jsonl", 8),
+                                      "--label-key",
+                                      "label",
+                                      "--rm-type",
+                                      "random",
+                                      "--rollout-batch-size",
+                                      "2",
+                                      "--n-samples-per-prompt",
+                                      "4",
+                                      "--rollout-max-response-len",
+                                      "8",
+                                      "--num-rollout",
+                                      "3",
+                                      "--global-batch-size",
+                                      "4",
+                                      "--lr",
+                                      "1e-3",
+                                      "--output-dir",
+                                      dir + "/out"};
+  command.insert(command.end(), flags.begin(), flags.end());
+  ::ooze::testing::Process run(command, {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
+  const ::ooze::testing::ExitStatus status = run.wait(180s);
+  EXPECT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << run.output();
+  TrainRun result;
+  for (const json& line : read_lines(dir + "/out/metrics.jsonl")) {
+    (line.contains("train/step") ? result.steps : result.rollouts).push_back(line);
+  }
+  std::ifstream config(dir + "/out/config.json");
+  if (config) result.config = json::parse(config);
+  return result;
+}
+
+void expect_slime_invariants(const TrainRun& run) {
+  ASSERT_EQ(run.rollouts.size(), 3u);
+  ASSERT_EQ(run.steps.size(), 6u);  // 8 samples a rollout, 4 a step
+  for (size_t k = 0; k < run.rollouts.size(); ++k) {
+    const json& line = run.rollouts[k];
+    EXPECT_EQ(line["step"], k);
+    EXPECT_EQ(line["rollout/oldest_weight_version"], k) << "rollout " << k << " ran stale weights";
+    EXPECT_LT(line["train/train_rollout_logprob_abs_diff"].get<double>(), 1e-5) << k;
+    EXPECT_GT(line["perf/update_weights_bytes"].get<double>(), 0) << k;
+    EXPECT_TRUE(line.contains("rollout/raw_reward")) << line.dump();
+    const json& first_step = run.steps[2 * k];
+    EXPECT_EQ(first_step["train/ppo_kl"].get<double>(), 0.0) << first_step.dump();
+    EXPECT_EQ(first_step["train/pg_clipfrac"].get<double>(), 0.0) << first_step.dump();
+    EXPECT_EQ(run.steps[2 * k + 1]["train/step"], 2 * k + 2);
+  }
+}
+
+TEST(TrainCommandTest, TwoRanksAndTwoColocatedEnginesKeepSlimesInvariants) {
+  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  const TrainRun run = train(
+      "colocated", {"--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "2", "--colocate"});
+  expect_slime_invariants(run);
+  EXPECT_EQ(run.config["colocate"], true) << "the effective config was not saved";
+  EXPECT_EQ(run.config["global_batch_size"], 4);
+}
+
+TEST(TrainCommandTest, DisaggregatedEnginesWithAKlLossStartFromTheReference) {
+  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  const TrainRun run =
+      train("disaggregated", {"--rollout-num-gpus", "2", "--use-kl-loss", "--kl-loss-coef", "0.1"});
+  expect_slime_invariants(run);
+  // Before the first update the reference is the policy: the KL term is exactly 0.
+  ASSERT_FALSE(run.steps.empty());
+  EXPECT_EQ(run.steps[0]["train/kl_loss"].get<double>(), 0.0) << run.steps[0].dump();
+  EXPECT_NE(run.steps.back()["train/kl_loss"].get<double>(), 0.0) << "the policy never moved";
+}
+
+TEST(TrainCommandTest, ABatchSizeThatDoesNotDivideIsRefusedBeforeAnythingStarts) {
+  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");
+  ::ooze::testing::Process run({ooze_program(),
+                                "train",
+                                "--hf-checkpoint",
+                                rollout::testing::tiny_model_dir(),
+                                "--prompt-data",
+                                write_prompts(dir + "/train.jsonl", 8),
+                                "--label-key",
+                                "label",
+                                "--rm-type",
+                                "random",
+                                "--rollout-batch-size",
+                                "2",
+                                "--n-samples-per-prompt",
+                                "4",
+                                "--global-batch-size",
+                                "3",
+                                "--num-rollout",
+                                "1",
+                                "--output-dir",
+                                dir + "/out"},
+                               {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
+  const ::ooze::testing::ExitStatus status = run.wait(60s);
+  EXPECT_TRUE(status.exited && status.code != 0) << status.describe();
+  EXPECT_NE(run.output().find("--global-batch-size 3 does not divide a rollout's 8 samples"),
+            std::string::npos)
+      << run.output();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out/metrics.jsonl"));
+}
+
+}  // namespace
+}  // namespace ooze::launcher
