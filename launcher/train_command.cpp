@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/metrics.h"
+#include "core/tensorboard_writer.h"
 #include "launcher/trainer_group.h"
 #include "launcher/training_batch.h"
 #include "models/tokenizer.h"
@@ -170,6 +171,7 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
   const bool use_rollout_logprobs = config->get<bool>("use_rollout_logprobs");
   config->save_effective_config(output_dir);
   MetricsSink metrics(output_dir + "/metrics.jsonl");
+  TensorBoardWriter tensorboard(output_dir + "/tensorboard");
 
   // The processes: trainer ranks and engines, each in a slot of its own.
   actors::RuntimeOptions runtime;
@@ -213,9 +215,13 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
 
   rollout::PromptSource source(dataset, rollout::PromptSourceOptions::from_config(*config));
   rollout::RolloutManager manager(rollout_options, source, router, tokenizer, rewards);
-  // A line of metrics goes to OUT/metrics.jsonl (step: the rollout id) and to stdout.
+  // A line of metrics goes to OUT/metrics.jsonl (step: the rollout id), to TensorBoard (step:
+  // the optimizer step for a train step's line, else the rollout id) and to stdout.
   auto emit = [&](int64_t rollout_id, const std::map<std::string, double>& line) {
     metrics.log(rollout_id, line);
+    auto step = line.find("train/step");
+    tensorboard.add_scalars(step == line.end() ? rollout_id : static_cast<int64_t>(step->second),
+                            line);
     nlohmann::json printed(line);
     printed["rollout_id"] = rollout_id;
     out << printed.dump() << std::endl;

@@ -13,7 +13,8 @@
 //   3. advantages over the whole rollout (launcher/training_batch.h);
 //   4. train      --global-batch-size samples per optimizer step, dealt over the trainer ranks;
 //   5. sync       the new weights to every engine as version rollout_id + 1;
-//   6. log        one line of metrics (Slime's keys) to stdout and OUT/metrics.jsonl.
+//   6. log        one line of metrics (Slime's keys) to stdout, OUT/metrics.jsonl and
+//                 TensorBoard event files in OUT/tensorboard.
 // The effective config is saved as OUT/config.json before anything starts. On one machine the
 // actor runtime is embedded; a "GPU" of the placement flags is a process slot on the CPU.
 #pragma once

@@ -45,6 +45,7 @@ struct TrainRun {
   std::vector<json> rollouts;  // one line per rollout
   std::vector<json> steps;     // one line per optimizer step
   json config;
+  bool tensorboard_written = false;
 };
 
 TrainRun train(const std::string& name, std::vector<std::string> flags) {
@@ -81,6 +82,14 @@ TrainRun train(const std::string& name, std::vector<std::string> flags) {
   for (const json& line : read_lines(dir + "/out/metrics.jsonl")) {
     (line.contains("train/step") ? result.steps : result.rollouts).push_back(line);
   }
+  const std::filesystem::path events = dir + "/out/tensorboard";
+  if (std::filesystem::exists(events)) {
+    for (const auto& entry : std::filesystem::directory_iterator(events)) {
+      result.tensorboard_written |=
+          entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0 &&
+          entry.file_size() > 100;
+    }
+  }
   std::ifstream config(dir + "/out/config.json");
   if (config) result.config = json::parse(config);
   return result;
@@ -110,6 +119,7 @@ TEST(TrainCommandTest, TwoRanksAndTwoColocatedEnginesKeepSlimesInvariants) {
   expect_slime_invariants(run);
   EXPECT_EQ(run.config["colocate"], true) << "the effective config was not saved";
   EXPECT_EQ(run.config["global_batch_size"], 4);
+  EXPECT_TRUE(run.tensorboard_written) << "no TensorBoard event file in OUT/tensorboard";
 }
 
 TEST(TrainCommandTest, DisaggregatedEnginesWithAKlLossStartFromTheReference) {
