@@ -1,14 +1,12 @@
 #include "launcher/rollout_command.h"
 
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
 
-#include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/logging.h"
+#include "launcher/debug_rollout_data.h"
 #include "models/tokenizer.h"
 #include "rollout/local_engines.h"
 #include "rollout/prompt_dataset.h"
@@ -16,7 +14,6 @@
 #include "rollout/reward_model.h"
 #include "rollout/rollout_manager.h"
 #include "rollout/router.h"
-#include "rollout/sample_json.h"
 
 namespace ooze::launcher {
 namespace {
@@ -43,25 +40,6 @@ ConfigSchema build_schema() {
   rollout::add_reward_fields(schema);
   rollout::add_eval_fields(schema);
   return schema;
-}
-
-std::string path_for(std::string pattern, int64_t rollout_id) {
-  const std::string key = "{rollout_id}";
-  for (size_t at = pattern.find(key); at != std::string::npos; at = pattern.find(key)) {
-    pattern.replace(at, key.size(), std::to_string(rollout_id));
-  }
-  return pattern;
-}
-
-void save_samples(const std::string& path, const rollout::RolloutResult& result) {
-  std::string lines;
-  for (const auto& group : result.groups) {
-    for (const rollout::Sample& sample : group)
-      lines += rollout::sample_to_json(sample).dump() + "\n";
-  }
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-  write_file_atomically(path, lines);
 }
 
 }  // namespace
@@ -126,7 +104,9 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
       evaluate(rollout_id);
     }
     rollout::RolloutResult result = manager.generate(rollout_id);
-    if (!save_pattern.empty()) save_samples(path_for(save_pattern, rollout_id), result);
+    if (!save_pattern.empty()) {
+      save_debug_rollout_data(debug_rollout_path(save_pattern, rollout_id), result.groups);
+    }
     nlohmann::json line = result.metrics;
     line["rollout_id"] = rollout_id;
     out << line.dump() << std::endl;

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/tensorboard_writer.h"
+#include "launcher/debug_rollout_data.h"
 #include "launcher/trainer_group.h"
 #include "launcher/training_batch.h"
 #include "models/tokenizer.h"
@@ -20,6 +21,7 @@
 #include "rollout/reward_model.h"
 #include "rollout/rollout_engine_actor.h"
 #include "rollout/rollout_manager.h"
+#include "rollout/rollout_metrics.h"
 #include "rollout/rollout_options.h"
 #include "rollout/router.h"
 #include "weight_sync/weight_sync_options.h"
@@ -67,6 +69,16 @@ ConfigSchema build_schema() {
                   "Use the engines' log-probs as the old policy's instead of recomputing them.");
   schema.section("output");
   schema.add_string("output_dir", "runs/train", "Where config.json and metrics.jsonl go.");
+  schema.section("debug");
+  schema.add_string("save_debug_rollout_data", "",
+                    "Write each rollout's kept samples as JSON lines; {rollout_id} in the path "
+                    "is replaced.");
+  schema.add_string("load_debug_rollout_data", "",
+                    "Train on the samples a run saved with --save-debug-rollout-data instead of "
+                    "generating ({rollout_id} replaced); no engine starts.");
+  schema.add_bool("debug_rollout_only", false, "Generate and score only: no trainer starts.");
+  schema.add_bool("debug_train_only", false,
+                  "Train only, on --load-debug-rollout-data: no engine starts.");
   rollout::add_prompt_data_fields(schema);
   rollout::add_rollout_fields(schema);
   rollout::add_reward_fields(schema);
@@ -74,6 +86,17 @@ ConfigSchema build_schema() {
   algorithms::add_algorithm_fields(schema);
   add_trainer_fields(schema);
   weight_sync::add_weight_sync_fields(schema);
+  schema.add_check("debug_modes", [](const Config& c) -> std::string {
+    const bool loads = !c.get<std::string>("load_debug_rollout_data").empty();
+    if (c.get<bool>("debug_rollout_only") && (loads || c.get<bool>("debug_train_only"))) {
+      return "--debug-rollout-only trains nothing: drop --debug-train-only and "
+             "--load-debug-rollout-data";
+    }
+    if (c.get<bool>("debug_train_only") && !loads) {
+      return "--debug-train-only trains on saved samples: give --load-debug-rollout-data";
+    }
+    return "";
+  });
   schema.add_check("rollout_num_gpus_per_engine", [](const Config& c) -> std::string {
     if (c.get<int64_t>("rollout_num_gpus_per_engine") != 1) {
       return "--rollout-num-gpus-per-engine must be 1: engines are not tensor parallel yet";
@@ -109,6 +132,34 @@ double oldest_weight_version(const rollout::RolloutResult& result) {
     }
   }
   return static_cast<double>(oldest);
+}
+
+// The engines: a RolloutEngine actor each, its HTTP server started inside, all behind a router.
+struct Engines {
+  std::vector<actors::ActorHandle<rollout::RolloutEngine>> actors;
+  std::unique_ptr<rollout::Router> router;
+};
+
+Engines start_engines(const Config& config, int count) {
+  rollout::EngineOptions engine;
+  engine.model_dir = config.get<std::string>("hf_checkpoint");
+  engine.max_running_requests = config.get<int64_t>("engine_max_running_requests");
+  engine.kv_cache_memory_mb = config.get<int64_t>("engine_kv_cache_memory_mb");
+  engine.intra_op_threads = static_cast<int>(config.get<int64_t>("engine_threads"));
+  Engines engines;
+  for (int i = 0; i < count; ++i) {
+    engines.actors.push_back(
+        actors::spawn<rollout::RolloutEngine>(rollout::rollout_engine_actor_options(), engine));
+  }
+  rollout::RouterOptions router;
+  for (const auto& handle : engines.actors) {
+    router.engine_urls.push_back(
+        handle
+            .call(&rollout::RolloutEngine::start_server, std::string("127.0.0.1"), 0, std::string())
+            .get(std::chrono::minutes(10)));
+  }
+  engines.router = std::make_unique<rollout::Router>(router);
+  return engines;
 }
 
 }  // namespace
@@ -169,52 +220,51 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
   const bool needs_reference =
       algorithm.policy_loss.use_kl_loss || algorithm.advantage.kl_coef != 0;
   const bool use_rollout_logprobs = config->get<bool>("use_rollout_logprobs");
+  const std::string save_debug_data = config->get<std::string>("save_debug_rollout_data");
+  const std::string load_debug_data = config->get<std::string>("load_debug_rollout_data");
+  const bool with_trainers = !config->get<bool>("debug_rollout_only");
+  const bool with_engines = load_debug_data.empty();
   config->save_effective_config(output_dir);
   MetricsSink metrics(output_dir + "/metrics.jsonl");
   TensorBoardWriter tensorboard(output_dir + "/tensorboard");
 
   // The processes: trainer ranks and engines, each in a slot of its own.
   actors::RuntimeOptions runtime;
-  runtime.resources = {{"CPU", static_cast<double>(world_size + num_engines)}};
+  runtime.resources = {{"CPU", static_cast<double>((with_trainers ? world_size : 0) +
+                                                   (with_engines ? num_engines : 0))}};
   actors::init(runtime);
   actors::ActorGroupOptions group_options;
   group_options.actor.resources = {{"CPU", 1}};
   group_options.group_name = "train-" + actors::random_id(4);
-  const TrainerGroup trainers = TrainerGroup::spawn(world_size, group_options);
-  TrainInit init;
-  init.model_dir = model_dir;
-  init.group_name = group_options.group_name;
-  init.options = trainer;
-  init.reference_model = needs_reference;
-  init.ref_load = config->get<std::string>("ref_load");
-  actors::get_all(trainers.call_all(&TrainActor::init, init));
-
-  rollout::EngineOptions engine;
-  engine.model_dir = model_dir;
-  engine.max_running_requests = config->get<int64_t>("engine_max_running_requests");
-  engine.kv_cache_memory_mb = config->get<int64_t>("engine_kv_cache_memory_mb");
-  engine.intra_op_threads = static_cast<int>(config->get<int64_t>("engine_threads"));
-  std::vector<actors::ActorHandle<rollout::RolloutEngine>> engines;
-  rollout::RouterOptions router_options;
-  for (int i = 0; i < num_engines; ++i) {
-    engines.push_back(
-        actors::spawn<rollout::RolloutEngine>(rollout::rollout_engine_actor_options(), engine));
+  const TrainerGroup trainers =
+      with_trainers ? TrainerGroup::spawn(world_size, group_options) : TrainerGroup();
+  if (with_trainers) {
+    TrainInit init;
+    init.model_dir = model_dir;
+    init.group_name = group_options.group_name;
+    init.options = trainer;
+    init.reference_model = needs_reference;
+    init.ref_load = config->get<std::string>("ref_load");
+    actors::get_all(trainers.call_all(&TrainActor::init, init));
   }
-  for (const auto& handle : engines) {
-    router_options.engine_urls.push_back(
-        handle
-            .call(&rollout::RolloutEngine::start_server, std::string("127.0.0.1"), 0, std::string())
-            .get(std::chrono::minutes(10)));
+  Engines engines;
+  std::unique_ptr<rollout::PromptSource> source;
+  std::unique_ptr<rollout::RolloutManager> manager;
+  if (with_engines) {
+    engines = start_engines(*config, num_engines);
+    source = std::make_unique<rollout::PromptSource>(
+        dataset, rollout::PromptSourceOptions::from_config(*config));
+    manager = std::make_unique<rollout::RolloutManager>(rollout_options, *source, *engines.router,
+                                                        tokenizer, rewards);
   }
-  rollout::Router router(router_options);
-  RolloutEngineConnection connection;
-  connection.engines = engines;
-  connection.colocate = config->get<bool>("colocate");
-  connection.options = weight_sync::WeightSyncOptions::from_config(*config);
-  actors::get_all(trainers.call_all(&TrainActor::connect_rollout_engines, connection));
+  if (with_trainers && with_engines) {
+    RolloutEngineConnection connection;
+    connection.engines = engines.actors;
+    connection.colocate = config->get<bool>("colocate");
+    connection.options = weight_sync::WeightSyncOptions::from_config(*config);
+    actors::get_all(trainers.call_all(&TrainActor::connect_rollout_engines, connection));
+  }
 
-  rollout::PromptSource source(dataset, rollout::PromptSourceOptions::from_config(*config));
-  rollout::RolloutManager manager(rollout_options, source, router, tokenizer, rewards);
   // A line of metrics goes to OUT/metrics.jsonl (step: the rollout id), to TensorBoard (step:
   // the optimizer step for a train step's line, else the rollout id) and to stdout.
   auto emit = [&](int64_t rollout_id, const std::map<std::string, double>& line) {
@@ -228,21 +278,35 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
   };
   auto evaluate = [&](int64_t rollout_id) {
     const Clock::time_point start = Clock::now();
-    rollout::MetricMap line = manager.evaluate(eval_datasets, eval_options);
+    rollout::MetricMap line = manager->evaluate(eval_datasets, eval_options);
     line["perf/eval_time"] = seconds_since(start);
     emit(rollout_id, line);
   };
   int64_t optimizer_steps = 0;
-  const bool evaluating = !eval_datasets.empty() && eval_options.eval_interval > 0;
+  const bool evaluating = with_engines && !eval_datasets.empty() && eval_options.eval_interval > 0;
 
   for (int64_t rollout_id = 0; rollout_id < num_rollout; ++rollout_id) {
     if (evaluating && rollout_id % eval_options.eval_interval == 0) evaluate(rollout_id);
     std::map<std::string, double> line;
     Clock::time_point start = Clock::now();
-    rollout::RolloutResult result = manager.generate(rollout_id);
+    rollout::RolloutResult result;
+    if (with_engines) {
+      result = manager->generate(rollout_id);
+    } else {
+      result.rollout_id = rollout_id;
+      result.groups = load_debug_rollout_data(debug_rollout_path(load_debug_data, rollout_id));
+      result.metrics = rollout::rollout_metrics(result.groups, rewards.options().reward_key);
+    }
     line = result.metrics;
     line["perf/rollout_time"] = seconds_since(start);
     line["rollout/oldest_weight_version"] = oldest_weight_version(result);
+    if (!save_debug_data.empty()) {
+      save_debug_rollout_data(debug_rollout_path(save_debug_data, rollout_id), result.groups);
+    }
+    if (!with_trainers) {
+      emit(rollout_id, line);
+      continue;
+    }
 
     TrainingBatch batch = training_batch(result.groups, rewards.options().reward_key);
     const TrainBatch everything{batch.samples};
@@ -274,11 +338,13 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
     }
     line["perf/train_time"] = seconds_since(start);
 
-    start = Clock::now();
-    const auto synced = actors::get_all(
-        trainers.call_all(&TrainActor::update_weights, rollout_id + 1, /*abort_in_flight=*/true));
-    line["perf/update_weights_time"] = seconds_since(start);
-    line["perf/update_weights_bytes"] = static_cast<double>(synced.front().bytes);
+    if (with_engines) {
+      start = Clock::now();
+      const auto synced = actors::get_all(
+          trainers.call_all(&TrainActor::update_weights, rollout_id + 1, /*abort_in_flight=*/true));
+      line["perf/update_weights_time"] = seconds_since(start);
+      line["perf/update_weights_bytes"] = static_cast<double>(synced.front().bytes);
+    }
 
     emit(rollout_id, line);
   }

@@ -46,6 +46,8 @@ struct TrainRun {
   std::vector<json> steps;     // one line per optimizer step
   json config;
   bool tensorboard_written = false;
+  std::string dir;
+  std::string output;
 };
 
 TrainRun train(const std::string& name, std::vector<std::string> flags) {
@@ -79,6 +81,8 @@ TrainRun train(const std::string& name, std::vector<std::string> flags) {
   const ::ooze::testing::ExitStatus status = run.wait(180s);
   EXPECT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << run.output();
   TrainRun result;
+  result.dir = dir;
+  result.output = run.output();
   for (const json& line : read_lines(dir + "/out/metrics.jsonl")) {
     (line.contains("train/step") ? result.steps : result.rollouts).push_back(line);
   }
@@ -133,36 +137,69 @@ TEST(TrainCommandTest, DisaggregatedEnginesWithAKlLossStartFromTheReference) {
   EXPECT_NE(run.steps.back()["train/kl_loss"].get<double>(), 0.0) << "the policy never moved";
 }
 
-TEST(TrainCommandTest, ABatchSizeThatDoesNotDivideIsRefusedBeforeAnythingStarts) {
+// Slime's debug modes: a run saves its rollouts; another trains on them without engines and takes
+// the same steps; a third only generates.
+TEST(TrainCommandTest, SavedRolloutsTrainAgainWithoutEnginesToTheSameSteps) {
   if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
-  const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");
-  ::ooze::testing::Process run({ooze_program(),
-                                "train",
-                                "--hf-checkpoint",
-                                rollout::testing::tiny_model_dir(),
-                                "--prompt-data",
-                                write_prompts(dir + "/train.jsonl", 8),
-                                "--label-key",
-                                "label",
-                                "--rm-type",
-                                "random",
-                                "--rollout-batch-size",
-                                "2",
-                                "--n-samples-per-prompt",
-                                "4",
-                                "--global-batch-size",
-                                "3",
-                                "--num-rollout",
-                                "1",
-                                "--output-dir",
-                                dir + "/out"},
-                               {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
-  const ::ooze::testing::ExitStatus status = run.wait(60s);
-  EXPECT_TRUE(status.exited && status.code != 0) << status.describe();
-  EXPECT_NE(run.output().find("--global-batch-size 3 does not divide a rollout's 8 samples"),
-            std::string::npos)
-      << run.output();
-  EXPECT_FALSE(std::filesystem::exists(dir + "/out/metrics.jsonl"));
+  const std::string data = ::ooze::testing::make_temp_dir("train-command-data");
+  const std::string pattern = data + "/rollout_{rollout_id}.jsonl";
+  const TrainRun saved = train("saving", {"--save-debug-rollout-data", pattern});
+  ASSERT_TRUE(std::filesystem::exists(data + "/rollout_2.jsonl"));
+
+  const TrainRun replayed = train("replaying", {"--load-debug-rollout-data", pattern});
+  ASSERT_EQ(replayed.steps.size(), saved.steps.size());
+  for (size_t i = 0; i < saved.steps.size(); ++i) {
+    for (const char* key : {"train/loss", "train/pg_loss", "train/ppo_kl", "train/grad_norm"}) {
+      EXPECT_NEAR(replayed.steps[i][key].get<double>(), saved.steps[i][key].get<double>(), 1e-6)
+          << key << " of step " << i;
+    }
+  }
+  ASSERT_EQ(replayed.rollouts.size(), saved.rollouts.size());
+  for (size_t k = 0; k < saved.rollouts.size(); ++k) {
+    EXPECT_EQ(replayed.rollouts[k]["rollout/raw_reward"], saved.rollouts[k]["rollout/raw_reward"]);
+    EXPECT_FALSE(replayed.rollouts[k].contains("perf/update_weights_time")) << "an engine ran";
+  }
+
+  const TrainRun generated = train("generating", {"--debug-rollout-only"});
+  EXPECT_EQ(generated.rollouts.size(), 3u);
+  EXPECT_TRUE(generated.steps.empty()) << "--debug-rollout-only trained";
+}
+
+TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
+  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--global-batch-size", "3"}, "--global-batch-size 3 does not divide a rollout's 8 samples"},
+      {{"--debug-train-only"}, "--debug-train-only trains on saved samples"},
+      {{"--debug-rollout-only", "--load-debug-rollout-data", "x.jsonl"},
+       "--debug-rollout-only trains nothing"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");
+    std::vector<std::string> command = {ooze_program(),
+                                        "train",
+                                        "--hf-checkpoint",
+                                        rollout::testing::tiny_model_dir(),
+                                        "--prompt-data",
+                                        write_prompts(dir + "/train.jsonl", 8),
+                                        "--label-key",
+                                        "label",
+                                        "--rm-type",
+                                        "random",
+                                        "--rollout-batch-size",
+                                        "2",
+                                        "--n-samples-per-prompt",
+                                        "4",
+                                        "--num-rollout",
+                                        "1",
+                                        "--output-dir",
+                                        dir + "/out"};
+    command.insert(command.end(), flags.begin(), flags.end());
+    ::ooze::testing::Process run(command, {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
+    const ::ooze::testing::ExitStatus status = run.wait(60s);
+    EXPECT_TRUE(status.exited && status.code != 0) << status.describe();
+    EXPECT_NE(run.output().find(expected), std::string::npos) << run.output();
+    EXPECT_FALSE(std::filesystem::exists(dir + "/out/metrics.jsonl"));
+  }
 }
 
 }  // namespace
