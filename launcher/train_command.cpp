@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <ostream>
 
 #include "actors/runtime.h"
 #include "algorithms/algorithm_options.h"
+#include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/metrics.h"
@@ -69,6 +71,10 @@ ConfigSchema build_schema() {
                   "Use the engines' log-probs as the old policy's instead of recomputing them.");
   schema.section("output");
   schema.add_string("output_dir", "runs/train", "Where config.json and metrics.jsonl go.");
+  schema.add_string("save", "",
+                    "Directory of checkpoints (trainer, optimizer, schedule, RNG, rollout id, "
+                    "prompt position); --load resumes from it.");
+  schema.add_int("save_interval", 0, "Save every N rollouts; 0: only after the last.").min(0);
   schema.section("debug");
   schema.add_string("save_debug_rollout_data", "",
                     "Write each rollout's kept samples as JSON lines; {rollout_id} in the path "
@@ -132,6 +138,25 @@ double oldest_weight_version(const rollout::RolloutResult& result) {
     }
   }
   return static_cast<double>(oldest);
+}
+
+// What a checkpoint holds beyond the trainer's own files: where the run stands. It is written
+// as SAVE/rollout_state_<iteration>.json before the trainer's checkpoint, whose tracker names
+// the iteration only once everything is on disk: a crash in between leaves the previous
+// checkpoint the one that loads.
+std::string rollout_state_path(const std::string& dir, int64_t iteration) {
+  return dir + "/rollout_state_" + std::to_string(iteration) + ".json";
+}
+
+nlohmann::json read_rollout_state(const std::string& dir, int64_t iteration) {
+  const std::string path = rollout_state_path(dir, iteration);
+  std::ifstream in(path);
+  const nlohmann::json state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!in.is_open() || state.is_discarded() || !state.contains("next_rollout_id")) {
+    throw FormatError(path + " is missing or not a rollout state: the checkpoint of iteration " +
+                      std::to_string(iteration) + " in " + dir + " was not written by ooze train");
+  }
+  return state;
 }
 
 // The engines: a RolloutEngine actor each, its HTTP server started inside, all behind a router.
@@ -265,6 +290,36 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
     actors::get_all(trainers.call_all(&TrainActor::connect_rollout_engines, connection));
   }
 
+  // --load: the trainer's state, then where the rollouts stood; the engines, started from the
+  // initial model, get the loaded weights before they generate.
+  int64_t first_rollout = 0;
+  int64_t optimizer_steps = 0;
+  const std::string load_dir = config->get<std::string>("load");
+  if (!load_dir.empty() && with_trainers) {
+    const TrainProgress progress =
+        actors::get_all(trainers.call_all(&TrainActor::load, load_dir)).front();
+    const nlohmann::json state = read_rollout_state(load_dir, progress.iteration);
+    first_rollout = state["next_rollout_id"].get<int64_t>();
+    optimizer_steps = state["optimizer_steps"].get<int64_t>();
+    if (manager && !state["rollout_manager"].is_null()) manager->restore(state["rollout_manager"]);
+    if (with_engines) {
+      actors::get_all(trainers.call_all(&TrainActor::update_weights, first_rollout,
+                                        /*abort_in_flight=*/true));
+    }
+    out << "resumed from " << load_dir << " at iteration " << progress.iteration << ", rollout "
+        << first_rollout << std::endl;
+  }
+  const std::string save_dir = config->get<std::string>("save");
+  const int64_t save_interval = config->get<int64_t>("save_interval");
+  auto save = [&](int64_t next_rollout_id) {
+    nlohmann::json state = {{"next_rollout_id", next_rollout_id},
+                            {"optimizer_steps", optimizer_steps},
+                            {"rollout_manager", manager ? manager->state() : nlohmann::json()}};
+    std::filesystem::create_directories(save_dir);
+    write_file_atomically(rollout_state_path(save_dir, optimizer_steps), state.dump(2) + "\n");
+    actors::get_all(trainers.call_all(&TrainActor::save, save_dir));
+  };
+
   // A line of metrics goes to OUT/metrics.jsonl (step: the rollout id), to TensorBoard (step:
   // the optimizer step for a train step's line, else the rollout id) and to stdout.
   auto emit = [&](int64_t rollout_id, const std::map<std::string, double>& line) {
@@ -282,10 +337,9 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
     line["perf/eval_time"] = seconds_since(start);
     emit(rollout_id, line);
   };
-  int64_t optimizer_steps = 0;
   const bool evaluating = with_engines && !eval_datasets.empty() && eval_options.eval_interval > 0;
 
-  for (int64_t rollout_id = 0; rollout_id < num_rollout; ++rollout_id) {
+  for (int64_t rollout_id = first_rollout; rollout_id < num_rollout; ++rollout_id) {
     if (evaluating && rollout_id % eval_options.eval_interval == 0) evaluate(rollout_id);
     std::map<std::string, double> line;
     Clock::time_point start = Clock::now();
@@ -347,6 +401,11 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
     }
 
     emit(rollout_id, line);
+    const bool last = rollout_id + 1 == num_rollout;
+    if (!save_dir.empty() &&
+        (last || (save_interval > 0 && (rollout_id + 1) % save_interval == 0))) {
+      save(rollout_id + 1);
+    }
   }
   if (evaluating) evaluate(num_rollout);
   actors::shutdown();

@@ -165,6 +165,46 @@ TEST(TrainCommandTest, SavedRolloutsTrainAgainWithoutEnginesToTheSameSteps) {
   EXPECT_TRUE(generated.steps.empty()) << "--debug-rollout-only trained";
 }
 
+// The prompts of each rollout, in order, from the samples --save-debug-rollout-data wrote.
+std::vector<std::string> prompts_of(const std::string& path) {
+  std::vector<std::string> prompts;
+  for (const json& sample : read_lines(path)) prompts.push_back(sample["prompt"]);
+  return prompts;
+}
+
+// A run resumed from the checkpoint after its first rollout: the trainer continues (steps and
+// learning-rate schedule), the engines first get the loaded weights, and the prompts drawn are
+// the ones the uninterrupted run drew.
+TEST(TrainCommandTest, AResumedRunContinuesWhereTheCheckpointLeftOff) {
+  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  const std::string dir = ::ooze::testing::make_temp_dir("train-command-resume");
+  const TrainRun full =
+      train("full", {"--save", dir + "/ckpt", "--save-interval", "1", "--rollout-shuffle",
+                     "--save-debug-rollout-data", dir + "/full/rollout_{rollout_id}.jsonl"});
+  ASSERT_TRUE(std::filesystem::exists(dir + "/ckpt/rollout_state_2.json"));
+  const TrainRun resumed =
+      train("resumed", {"--load", dir + "/ckpt", "--ckpt-step", "2", "--rollout-shuffle",
+                        "--save-debug-rollout-data", dir + "/resumed/rollout_{rollout_id}.jsonl"});
+  EXPECT_NE(resumed.output.find("resumed from " + dir + "/ckpt at iteration 2, rollout 1"),
+            std::string::npos)
+      << resumed.output;
+  ASSERT_EQ(resumed.rollouts.size(), 2u);
+  ASSERT_EQ(resumed.steps.size(), 4u);
+  EXPECT_EQ(resumed.steps.front()["train/step"], 3);
+  EXPECT_EQ(resumed.steps.front()["train/ppo_kl"].get<double>(), 0.0);
+  for (size_t k = 0; k < resumed.rollouts.size(); ++k) {
+    EXPECT_EQ(resumed.rollouts[k]["step"], k + 1);
+    EXPECT_EQ(resumed.rollouts[k]["rollout/oldest_weight_version"], k + 1)
+        << "the engines did not get the loaded weights";
+  }
+  for (int rollout_id : {1, 2}) {
+    const std::string name = "/rollout_" + std::to_string(rollout_id) + ".jsonl";
+    EXPECT_EQ(prompts_of(dir + "/resumed" + name), prompts_of(dir + "/full" + name))
+        << "rollout " << rollout_id << " drew other prompts";
+  }
+  EXPECT_NE(prompts_of(dir + "/full/rollout_1.jsonl"), prompts_of(dir + "/full/rollout_0.jsonl"));
+}
+
 TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
   if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
