@@ -17,6 +17,11 @@
 //                 TensorBoard event files in OUT/tensorboard.
 // The effective config is saved as OUT/config.json before anything starts. On one machine the
 // actor runtime is embedded; a "GPU" of the placement flags is a process slot on the CPU.
+//
+// --save DIR checkpoints every --save-interval rollouts and after the last; --load DIR resumes
+// (the trainer's state, the rollout id, the prompt source; the engines get the loaded weights
+// first). Slime's debug modes: --save-debug-rollout-data, --load-debug-rollout-data (train on
+// saved samples, no engine), --debug-rollout-only (no trainer), --debug-train-only.
 #pragma once
 
 #include <iosfwd>
