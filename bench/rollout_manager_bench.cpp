@@ -146,10 +146,11 @@ Throughput run_direct(ServedModel& served, const rollout::PromptDataset& data,
   for (int64_t g = 0; g < groups; ++g) {
     threads.emplace_back([&, g] {
       try {
-        const nlohmann::json body = {{"input_ids", data.at(g).tokens},
-                                     {"sampling_params", options.sampling.sampling_params(
-                                                             options.sampling.max_response_len, n)},
-                                     {"return_logprob", true}};
+        const nlohmann::json body = {
+            {"input_ids", data.at(g).tokens},
+            {"sampling_params", options.sampling.sampling_params(options.sampling.max_response_len,
+                                                                 n, rollout::Sample{})},
+            {"return_logprob", true}};
         rollout::RouteOptions route;
         route.retry = true;
         const nlohmann::json answer = served.router().generate(body, route);

@@ -7,7 +7,19 @@
 
 namespace ooze::rollout {
 
-nlohmann::json RolloutSampling::sampling_params(int64_t max_new_tokens, int64_t n) const {
+namespace {
+
+// splitmix64's finaliser: nearby inputs give unrelated outputs.
+uint64_t mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+nlohmann::json RolloutSampling::sampling_params(int64_t max_new_tokens, int64_t n,
+                                                const Sample& sample) const {
   nlohmann::json params = {{"temperature", temperature},
                            {"top_p", top_p},
                            {"top_k", top_k},
@@ -16,6 +28,12 @@ nlohmann::json RolloutSampling::sampling_params(int64_t max_new_tokens, int64_t 
                            {"n", n}};
   if (!stop.empty()) params["stop"] = stop;
   if (!stop_token_ids.empty()) params["stop_token_ids"] = stop_token_ids;
+  if (seed >= 0) {
+    const uint64_t key =
+        mix64(mix64(static_cast<uint64_t>(seed)) ^ mix64(static_cast<uint64_t>(sample.index)) ^
+              static_cast<uint64_t>(sample.response_length));
+    params["seed"] = static_cast<int64_t>(key >> 1);  // JSON readers want a signed 64-bit value
+  }
   return params;
 }
 
@@ -32,6 +50,11 @@ void add_rollout_sampling_fields(ConfigSchema& schema) {
   schema.add_int_list("rollout_stop_token_ids", {}, "Token ids that end a response.").min(0);
   schema.add_bool("rollout_skip_special_tokens", true,
                   "Leave special tokens out of response texts.");
+  schema
+      .add_int("sampling_seed", -1,
+               "Seed every request from this, the sample's index and its response so far, so a "
+               "rerun samples the same tokens; -1: the engines draw seeds.")
+      .min(-1);
   schema.section("eval");
   schema.add_double("eval_temperature", 1.0, "Temperature of evaluations; default the rollout's.")
       .min(0);
@@ -54,6 +77,7 @@ RolloutSampling RolloutSampling::from_config(const Config& config) {
   sampling.stop = config.get<std::vector<std::string>>("rollout_stop");
   sampling.stop_token_ids = config.get<std::vector<int64_t>>("rollout_stop_token_ids");
   sampling.skip_special_tokens = config.get<bool>("rollout_skip_special_tokens");
+  sampling.seed = config.get<int64_t>("sampling_seed");
   return sampling;
 }
 
@@ -158,8 +182,8 @@ void SampleGenerator::generate_group(std::vector<Sample>& group) {
   const Sample& first = group.front();
   const nlohmann::json body = {
       {"input_ids", first.tokens},
-      {"sampling_params",
-       sampling_.sampling_params(remaining_budget(first), static_cast<int64_t>(group.size()))},
+      {"sampling_params", sampling_.sampling_params(remaining_budget(first),
+                                                    static_cast<int64_t>(group.size()), first)},
       {"return_logprob", true}};
   const nlohmann::json answer = send(body);
   const nlohmann::json outputs = group.size() == 1 ? nlohmann::json::array({answer}) : answer;
@@ -186,7 +210,7 @@ std::string SampleGenerator::generate(Sample& sample, int64_t max_new_tokens) {
   }
   const int64_t max_new = max_new_tokens > 0 ? std::min(max_new_tokens, budget) : budget;
   const nlohmann::json body = {{"input_ids", sample.tokens},
-                               {"sampling_params", sampling_.sampling_params(max_new, 1)},
+                               {"sampling_params", sampling_.sampling_params(max_new, 1, sample)},
                                {"return_logprob", true}};
   const nlohmann::json answer = send(body);
   const size_t text_before = sample.response.size();

@@ -38,12 +38,16 @@ struct RolloutSampling {
   std::vector<std::string> stop;
   std::vector<int64_t> stop_token_ids;
   bool skip_special_tokens = true;
+  // --sampling-seed: every request's seed derives from it, the sample's run-wide index and how
+  // much of its response exists, so a rerun or a resumed run samples the same tokens from the
+  // same weights. -1: the engines draw seeds of their own.
+  int64_t seed = -1;
 
-  // SGLang's sampling_params object for a request of n samples.
-  nlohmann::json sampling_params(int64_t max_new_tokens, int64_t n) const;
+  // SGLang's sampling_params object for a request of n samples starting at `sample`.
+  nlohmann::json sampling_params(int64_t max_new_tokens, int64_t n, const Sample& sample) const;
 
   // --rollout-temperature, --rollout-top-p, --rollout-top-k, --rollout-max-response-len,
-  // --rollout-stop, --rollout-stop-token-ids, --rollout-skip-special-tokens.
+  // --rollout-stop, --rollout-stop-token-ids, --rollout-skip-special-tokens, --sampling-seed.
   static RolloutSampling from_config(const Config& config);
   // --eval-temperature, --eval-top-p, --eval-top-k, --eval-max-response-len: each, when not
   // given, takes the rollout's value.

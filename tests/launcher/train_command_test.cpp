@@ -165,26 +165,29 @@ TEST(TrainCommandTest, SavedRolloutsTrainAgainWithoutEnginesToTheSameSteps) {
   EXPECT_TRUE(generated.steps.empty()) << "--debug-rollout-only trained";
 }
 
-// The prompts of each rollout, in order, from the samples --save-debug-rollout-data wrote.
-std::vector<std::string> prompts_of(const std::string& path) {
-  std::vector<std::string> prompts;
-  for (const json& sample : read_lines(path)) prompts.push_back(sample["prompt"]);
-  return prompts;
+// One field of every sample of a rollout, in order, from what --save-debug-rollout-data wrote.
+std::vector<json> field_of(const std::string& path, const char* field) {
+  std::vector<json> values;
+  for (const json& sample : read_lines(path)) values.push_back(sample[field]);
+  return values;
 }
 
 // A run resumed from the checkpoint after its first rollout: the trainer continues (steps and
-// learning-rate schedule), the engines first get the loaded weights, and the prompts drawn are
-// the ones the uninterrupted run drew.
+// learning-rate schedule), the engines first get the loaded weights, the prompts drawn are the
+// ones the uninterrupted run drew, and with --sampling-seed so are the responses, so the
+// resumed steps are the uninterrupted run's to fp32 rounding.
 TEST(TrainCommandTest, AResumedRunContinuesWhereTheCheckpointLeftOff) {
   if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
   const std::string dir = ::ooze::testing::make_temp_dir("train-command-resume");
   const TrainRun full =
       train("full", {"--save", dir + "/ckpt", "--save-interval", "1", "--rollout-shuffle",
-                     "--save-debug-rollout-data", dir + "/full/rollout_{rollout_id}.jsonl"});
+                     "--sampling-seed", "7", "--save-debug-rollout-data",
+                     dir + "/full/rollout_{rollout_id}.jsonl"});
   ASSERT_TRUE(std::filesystem::exists(dir + "/ckpt/rollout_state_2.json"));
   const TrainRun resumed =
-      train("resumed", {"--load", dir + "/ckpt", "--ckpt-step", "2", "--rollout-shuffle",
-                        "--save-debug-rollout-data", dir + "/resumed/rollout_{rollout_id}.jsonl"});
+      train("resumed",
+            {"--load", dir + "/ckpt", "--ckpt-step", "2", "--rollout-shuffle", "--sampling-seed",
+             "7", "--save-debug-rollout-data", dir + "/resumed/rollout_{rollout_id}.jsonl"});
   EXPECT_NE(resumed.output.find("resumed from " + dir + "/ckpt at iteration 2, rollout 1"),
             std::string::npos)
       << resumed.output;
@@ -199,10 +202,20 @@ TEST(TrainCommandTest, AResumedRunContinuesWhereTheCheckpointLeftOff) {
   }
   for (int rollout_id : {1, 2}) {
     const std::string name = "/rollout_" + std::to_string(rollout_id) + ".jsonl";
-    EXPECT_EQ(prompts_of(dir + "/resumed" + name), prompts_of(dir + "/full" + name))
+    EXPECT_EQ(field_of(dir + "/resumed" + name, "prompt"), field_of(dir + "/full" + name, "prompt"))
         << "rollout " << rollout_id << " drew other prompts";
+    EXPECT_EQ(field_of(dir + "/resumed" + name, "tokens"), field_of(dir + "/full" + name, "tokens"))
+        << "rollout " << rollout_id << " sampled other responses";
   }
-  EXPECT_NE(prompts_of(dir + "/full/rollout_1.jsonl"), prompts_of(dir + "/full/rollout_0.jsonl"));
+  EXPECT_NE(field_of(dir + "/full/rollout_1.jsonl", "prompt"),
+            field_of(dir + "/full/rollout_0.jsonl", "prompt"));
+  ASSERT_EQ(full.steps.size(), 6u);
+  for (size_t i = 0; i < resumed.steps.size(); ++i) {
+    for (const char* key : {"train/loss", "train/grad_norm"}) {
+      EXPECT_NEAR(resumed.steps[i][key].get<double>(), full.steps[i + 2][key].get<double>(), 1e-5)
+          << key << " of step " << i + 3;
+    }
+  }
 }
 
 TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
