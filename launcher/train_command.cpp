@@ -75,6 +75,9 @@ ConfigSchema build_schema() {
                     "Directory of checkpoints (trainer, optimizer, schedule, RNG, rollout id, "
                     "prompt position); --load resumes from it.");
   schema.add_int("save_interval", 0, "Save every N rollouts; 0: only after the last.").min(0);
+  schema.add_string("save_hf", "",
+                    "Write the final policy here as a Hugging Face model directory (what "
+                    "ooze serve and --hf-checkpoint load).");
   schema.section("debug");
   schema.add_string("save_debug_rollout_data", "",
                     "Write each rollout's kept samples as JSON lines; {rollout_id} in the path "
@@ -408,6 +411,11 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
     }
   }
   if (evaluating) evaluate(num_rollout);
+  const std::string save_hf = config->get<std::string>("save_hf");
+  if (!save_hf.empty() && with_trainers) {
+    actors::get_all(trainers.call_all(&TrainActor::save_hf, save_hf));
+    out << "final policy written to " << save_hf << std::endl;
+  }
   actors::shutdown();
   return 0;
 }

@@ -118,12 +118,17 @@ void expect_slime_invariants(const TrainRun& run) {
 
 TEST(TrainCommandTest, TwoRanksAndTwoColocatedEnginesKeepSlimesInvariants) {
   if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
-  const TrainRun run = train(
-      "colocated", {"--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "2", "--colocate"});
+  const std::string exported = ::ooze::testing::make_temp_dir("train-command-export") + "/model";
+  const TrainRun run = train("colocated", {"--actor-num-gpus-per-node", "2", "--rollout-num-gpus",
+                                           "2", "--colocate", "--save-hf", exported});
   expect_slime_invariants(run);
   EXPECT_EQ(run.config["colocate"], true) << "the effective config was not saved";
   EXPECT_EQ(run.config["global_batch_size"], 4);
   EXPECT_TRUE(run.tensorboard_written) << "no TensorBoard event file in OUT/tensorboard";
+  // The final policy as an HF directory another run starts from.
+  ASSERT_TRUE(std::filesystem::exists(exported + "/config.json"));
+  const TrainRun next = train("from-export", {"--hf-checkpoint", exported, "--num-rollout", "1"});
+  EXPECT_EQ(next.rollouts.size(), 1u);
 }
 
 TEST(TrainCommandTest, DisaggregatedEnginesWithAKlLossStartFromTheReference) {
