@@ -7,9 +7,8 @@
 #include "core/config.h"
 #include "core/logging.h"
 #include "launcher/debug_rollout_data.h"
-#include "models/tokenizer.h"
+#include "launcher/experiment_data.h"
 #include "rollout/local_engines.h"
-#include "rollout/prompt_dataset.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
 #include "rollout/rollout_manager.h"
@@ -54,22 +53,11 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
   }
   // Everything that can be refused is checked before any engine starts.
   const std::string model_dir = config->get<std::string>("hf_checkpoint");
-  const models::Tokenizer tokenizer = models::load_tokenizer(model_dir);
-  const rollout::PromptDatasetOptions data_options =
-      rollout::PromptDatasetOptions::from_config(*config);
-  auto dataset = std::make_shared<const rollout::PromptDataset>(data_options, tokenizer);
-  const rollout::EvalOptions eval_options =
-      rollout::EvalOptions::from_config(*config, data_options);
-  std::vector<std::unique_ptr<rollout::PromptDataset>> eval_data;
-  std::vector<std::pair<std::string, const rollout::PromptDataset*>> eval_datasets;
-  for (const rollout::EvalDataset& eval : eval_options.datasets) {
-    eval_data.push_back(std::make_unique<rollout::PromptDataset>(eval.options, tokenizer));
-    eval_datasets.emplace_back(eval.name, eval_data.back().get());
-  }
+  const ExperimentData data = ExperimentData::load(*config);
   rollout::RewardModel rewards(rollout::RewardOptions::from_config(*config));
   const rollout::RolloutOptions rollout_options = rollout::RolloutOptions::from_config(*config);
   const int64_t num_rollout =
-      rollout::num_rollouts(*config, dataset->size(), rollout_options.rollout_batch_size);
+      rollout::num_rollouts(*config, data.prompts->size(), rollout_options.rollout_batch_size);
   const std::string save_pattern = config->get<std::string>("save_debug_rollout_data");
 
   // Running engines (ooze serve) when given, else local ones behind servers on loopback.
@@ -90,17 +78,17 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
     remote = std::make_unique<rollout::Router>(router_options);
   }
   rollout::Router& router = local ? local->router() : *remote;
-  rollout::PromptSource source(dataset, rollout::PromptSourceOptions::from_config(*config));
-  rollout::RolloutManager manager(rollout_options, source, router, tokenizer, rewards);
+  rollout::PromptSource source(data.prompts, rollout::PromptSourceOptions::from_config(*config));
+  rollout::RolloutManager manager(rollout_options, source, router, data.tokenizer, rewards);
 
   auto evaluate = [&](int64_t rollout_id) {
-    nlohmann::json line = manager.evaluate(eval_datasets, eval_options);
+    nlohmann::json line = manager.evaluate(data.eval_datasets, data.eval_options);
     line["rollout_id"] = rollout_id;
     out << line.dump() << std::endl;
   };
   for (int64_t rollout_id = 0; rollout_id < num_rollout; ++rollout_id) {
-    if (!eval_datasets.empty() && eval_options.eval_interval > 0 &&
-        rollout_id % eval_options.eval_interval == 0) {
+    if (!data.eval_datasets.empty() && data.eval_options.eval_interval > 0 &&
+        rollout_id % data.eval_options.eval_interval == 0) {
       evaluate(rollout_id);
     }
     rollout::RolloutResult result = manager.generate(rollout_id);
@@ -111,7 +99,7 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
     line["rollout_id"] = rollout_id;
     out << line.dump() << std::endl;
   }
-  if (!eval_datasets.empty() && eval_options.eval_interval > 0) evaluate(num_rollout);
+  if (!data.eval_datasets.empty() && data.eval_options.eval_interval > 0) evaluate(num_rollout);
   return 0;
 }
 

@@ -15,10 +15,9 @@
 #include "core/metrics.h"
 #include "core/tensorboard_writer.h"
 #include "launcher/debug_rollout_data.h"
+#include "launcher/experiment_data.h"
 #include "launcher/trainer_group.h"
 #include "launcher/training_batch.h"
-#include "models/tokenizer.h"
-#include "rollout/prompt_dataset.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
 #include "rollout/rollout_engine_actor.h"
@@ -203,23 +202,12 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
   // Everything that can be refused is checked before any process starts.
   const std::string model_dir = config->get<std::string>("hf_checkpoint");
   const std::string output_dir = config->get<std::string>("output_dir");
-  const models::Tokenizer tokenizer = models::load_tokenizer(model_dir);
-  const rollout::PromptDatasetOptions data_options =
-      rollout::PromptDatasetOptions::from_config(*config);
-  auto dataset = std::make_shared<const rollout::PromptDataset>(data_options, tokenizer);
-  const rollout::EvalOptions eval_options =
-      rollout::EvalOptions::from_config(*config, data_options);
-  std::vector<std::unique_ptr<rollout::PromptDataset>> eval_data;
-  std::vector<std::pair<std::string, const rollout::PromptDataset*>> eval_datasets;
-  for (const rollout::EvalDataset& eval : eval_options.datasets) {
-    eval_data.push_back(std::make_unique<rollout::PromptDataset>(eval.options, tokenizer));
-    eval_datasets.emplace_back(eval.name, eval_data.back().get());
-  }
+  const ExperimentData data = ExperimentData::load(*config);
   rollout::RewardModel rewards(rollout::RewardOptions::from_config(*config));
   const rollout::RolloutOptions rollout_options = rollout::RolloutOptions::from_config(*config);
   const algorithms::AlgorithmOptions algorithm = algorithms::AlgorithmOptions::from_config(*config);
   const int64_t num_rollout =
-      rollout::num_rollouts(*config, dataset->size(), rollout_options.rollout_batch_size);
+      rollout::num_rollouts(*config, data.prompts->size(), rollout_options.rollout_batch_size);
   const int64_t rollout_samples =
       rollout_options.rollout_batch_size * rollout_options.n_samples_per_prompt;
   const int64_t global_batch_size = config->get<int64_t>("global_batch_size") > 0
@@ -281,9 +269,9 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
   if (with_engines) {
     engines = start_engines(*config, num_engines);
     source = std::make_unique<rollout::PromptSource>(
-        dataset, rollout::PromptSourceOptions::from_config(*config));
+        data.prompts, rollout::PromptSourceOptions::from_config(*config));
     manager = std::make_unique<rollout::RolloutManager>(rollout_options, *source, *engines.router,
-                                                        tokenizer, rewards);
+                                                        data.tokenizer, rewards);
   }
   if (with_trainers && with_engines) {
     RolloutEngineConnection connection;
@@ -336,14 +324,15 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
   };
   auto evaluate = [&](int64_t rollout_id) {
     const Clock::time_point start = Clock::now();
-    rollout::MetricMap line = manager->evaluate(eval_datasets, eval_options);
+    rollout::MetricMap line = manager->evaluate(data.eval_datasets, data.eval_options);
     line["perf/eval_time"] = seconds_since(start);
     emit(rollout_id, line);
   };
-  const bool evaluating = with_engines && !eval_datasets.empty() && eval_options.eval_interval > 0;
+  const bool evaluating =
+      with_engines && !data.eval_datasets.empty() && data.eval_options.eval_interval > 0;
 
   for (int64_t rollout_id = first_rollout; rollout_id < num_rollout; ++rollout_id) {
-    if (evaluating && rollout_id % eval_options.eval_interval == 0) evaluate(rollout_id);
+    if (evaluating && rollout_id % data.eval_options.eval_interval == 0) evaluate(rollout_id);
     std::map<std::string, double> line;
     Clock::time_point start = Clock::now();
     rollout::RolloutResult result;

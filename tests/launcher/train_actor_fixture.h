@@ -63,14 +63,18 @@ class TrainActorFixture : public ::testing::Test {
   // `size` TrainActors on the initial model, joined as one FSDP group.
   static TrainerGroup start_group(int size, const std::string& name,
                                   const TrainerOptions& trainer = trainer_options()) {
+    TrainInit init;
+    init.options = trainer;
+    return start_group(size, name, init);
+  }
+  // The same with `init`'s other fields (a reference model, ...).
+  static TrainerGroup start_group(int size, const std::string& name, TrainInit init) {
     actors::ActorGroupOptions options;
     options.actor.resources = {{"CPU", 1}};
     options.group_name = name;
     auto group = TrainerGroup::spawn(size, options);
-    TrainInit init;
     init.model_dir = *dir_ + "/model";
     init.group_name = name;
-    init.options = trainer;
     actors::get_all(group.call_all(&TrainActor::init, init));
     return group;
   }

@@ -311,16 +311,10 @@ TEST_F(TrainActorTest, PolicyLossStepAtTwoRanksMatchesOneRank) {
 // policy does (Slime's step-0 invariant), it stays the initial policy while the policy trains, and
 // with --ref-load it is another checkpoint (here the trained policy's export).
 TEST_F(TrainActorTest, TheReferenceModelIsTheInitialPolicyOrTheRefLoadCheckpoint) {
-  actors::ActorGroupOptions options;
-  options.actor.resources = {{"CPU", 1}};
-  options.group_name = "with-reference";
-  auto pair = TrainerGroup::spawn(2, options);
   TrainInit init;
-  init.model_dir = *dir_ + "/model";
-  init.group_name = "with-reference";
   init.options = trainer_options();
   init.reference_model = true;
-  actors::get_all(pair.call_all(&TrainActor::init, init));
+  auto pair = start_group(2, "with-reference", init);
   const TrainBatch probe = batch_of(batch(99));
   // Dealt over the ranks and put back in order, as the RL loop scores a rollout.
   auto reference_scores = [&](const TrainerGroup& group) {
@@ -353,11 +347,8 @@ TEST_F(TrainActorTest, TheReferenceModelIsTheInitialPolicyOrTheRefLoadCheckpoint
   // --ref-load: the trained weights, exported, as another group's reference.
   const std::string trained = *dir_ + "/trained-for-reference";
   actors::get_all(pair.call_all(&TrainActor::save_hf, trained));
-  options.group_name = "ref-load";
-  auto single = TrainerGroup::spawn(1, options);
-  init.group_name = "ref-load";
   init.ref_load = trained;
-  actors::get_all(single.call_all(&TrainActor::init, init));
+  auto single = start_group(1, "ref-load", init);
   const std::vector<at::Tensor> loaded = reference_scores(single);
   const std::vector<at::Tensor> expected = policy_scores(pair);
   ASSERT_EQ(loaded.size(), expected.size());

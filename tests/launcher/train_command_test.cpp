@@ -50,8 +50,10 @@ struct TrainRun {
   std::string output;
 };
 
-TrainRun train(const std::string& name, std::vector<std::string> flags) {
-  const std::string dir = ::ooze::testing::make_temp_dir("train-command-" + name);
+// `ooze train` on the tiny model: 8 prompts, rollouts of 2 groups of 4 samples, random
+// rewards, output in DIR/out; `flags` come after (later flags win).
+std::vector<std::string> train_command(const std::string& dir,
+                                       const std::vector<std::string>& flags) {
   std::vector<std::string> command = {ooze_program(),
                                       "train",
                                       "--hf-checkpoint",
@@ -77,6 +79,12 @@ TrainRun train(const std::string& name, std::vector<std::string> flags) {
                                       "--output-dir",
                                       dir + "/out"};
   command.insert(command.end(), flags.begin(), flags.end());
+  return command;
+}
+
+TrainRun train(const std::string& name, const std::vector<std::string>& flags) {
+  const std::string dir = ::ooze::testing::make_temp_dir("train-command-" + name);
+  const std::vector<std::string> command = train_command(dir, flags);
   ::ooze::testing::Process run(command, {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
   const ::ooze::testing::ExitStatus status = run.wait(180s);
   EXPECT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << run.output();
@@ -233,25 +241,7 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
   };
   for (const auto& [flags, expected] : cases) {
     const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");
-    std::vector<std::string> command = {ooze_program(),
-                                        "train",
-                                        "--hf-checkpoint",
-                                        rollout::testing::tiny_model_dir(),
-                                        "--prompt-data",
-                                        write_prompts(dir + "/train.jsonl", 8),
-                                        "--label-key",
-                                        "label",
-                                        "--rm-type",
-                                        "random",
-                                        "--rollout-batch-size",
-                                        "2",
-                                        "--n-samples-per-prompt",
-                                        "4",
-                                        "--num-rollout",
-                                        "1",
-                                        "--output-dir",
-                                        dir + "/out"};
-    command.insert(command.end(), flags.begin(), flags.end());
+    std::vector<std::string> command = train_command(dir, flags);
     ::ooze::testing::Process run(command, {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
     const ::ooze::testing::ExitStatus status = run.wait(60s);
     EXPECT_TRUE(status.exited && status.code != 0) << status.describe();
