@@ -39,15 +39,6 @@ at::Device compute_device() {
   return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index ? std::atoi(index) : 0));
 }
 
-// The parameter dtype an engine reports (EngineInfo::dtype).
-at::ScalarType engine_dtype(const std::string& name) {
-  if (name == "float32") return at::kFloat;
-  if (name == "bfloat16") return at::kBFloat16;
-  if (name == "float16") return at::kHalf;
-  throw ConfigError("the rollout engines compute in '" + name +
-                    "', which weight sync cannot produce (float32, bfloat16 or float16)");
-}
-
 }  // namespace
 
 struct TrainActor::State {
@@ -207,7 +198,8 @@ void TrainActor::connect_rollout_engines(const RolloutEngineConnection& connecti
   }
   state_->weight_syncer.reset();  // its buffers and group go before the new ones form
   state_->weight_syncer = std::make_unique<weight_sync::WeightSyncer>(
-      state_->model->sharded(), engine_dtype(dtype), connection.engines,
+      state_->model->sharded(), models::dtype_from_name(dtype, "the rollout engines' dtype"),
+      connection.engines,
       connection.colocate ? weight_sync::EnginePlacement::kColocated
                           : weight_sync::EnginePlacement::kDisaggregated,
       connection.options, state_->group_name);

@@ -357,12 +357,16 @@ nlohmann::json ModelConfig::to_json() const {
   return json;
 }
 
+c10::ScalarType dtype_from_name(const std::string& name, const std::string& what) {
+  if (name == "bfloat16") return c10::ScalarType::BFloat16;
+  if (name == "float16") return c10::ScalarType::Half;
+  if (name == "float32") return c10::ScalarType::Float;
+  throw ConfigError(what + " '" + name + "' is not supported; use float32, bfloat16 or float16");
+}
+
 c10::ScalarType ModelConfig::parameter_dtype() const {
-  if (torch_dtype == "bfloat16") return c10::ScalarType::BFloat16;
-  if (torch_dtype == "float16") return c10::ScalarType::Half;
-  if (torch_dtype == "float32") return c10::ScalarType::Float;
-  throw ConfigError((origin.empty() ? std::string("model config") : origin) + ": torch_dtype '" +
-                    torch_dtype + "' is not supported; use float32, bfloat16 or float16");
+  return dtype_from_name(torch_dtype,
+                         (origin.empty() ? std::string("model config") : origin) + ": torch_dtype");
 }
 
 int64_t ModelConfig::num_parameters() const {

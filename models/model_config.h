@@ -93,4 +93,8 @@ void save_model_config(const ModelConfig& config, const std::string& path_or_dir
 // "qwen3, qwen2, llama": for error messages.
 std::string supported_model_types();
 
+// A torch_dtype name ("float32", "bfloat16", "float16") as a ScalarType. Throws ConfigError
+// saying "`what` 'NAME' is not supported" otherwise.
+c10::ScalarType dtype_from_name(const std::string& name, const std::string& what);
+
 }  // namespace ooze::models

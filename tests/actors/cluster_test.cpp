@@ -26,14 +26,14 @@
 namespace ooze::actors {
 namespace {
 
+using ::ooze::testing::ooze_binary;
+
 using testing::Counter;
 using testing::process_gone;
 using Clock = std::chrono::steady_clock;
 using Process = ::ooze::testing::Process;
 
 constexpr int kTimeoutMs = 1500;  // node and driver liveness timeouts of the test head
-
-std::string ooze_program() { return ::ooze::testing::build_path("launcher/ooze"); }
 
 bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;
@@ -88,7 +88,7 @@ class ClusterTest : public ::testing::Test {
   }
 
   static Process start(std::vector<std::string> flags, const std::string& token = "") {
-    std::vector<std::string> argv{ooze_program(), "start", "--block", "--token",
+    std::vector<std::string> argv{ooze_binary(), "start", "--block", "--token",
                                   token.empty() ? *token_ : token};
     argv.insert(argv.end(), flags.begin(), flags.end());
     static int count = 0;
@@ -107,7 +107,7 @@ std::string* ClusterTest::address_ = nullptr;
 std::vector<Process>* ClusterTest::processes_ = nullptr;
 
 TEST_F(ClusterTest, StatusCommandListsEveryNode) {
-  Process status({ooze_program(), "status", "--address", *address_, "--token", *token_}, {},
+  Process status({ooze_binary(), "status", "--address", *address_, "--token", *token_}, {},
                  *dir_ + "/status.log");
   auto exit = status.wait(std::chrono::seconds(20));
   ASSERT_TRUE(exit.exited && exit.code == 0) << exit.describe() << status.output();

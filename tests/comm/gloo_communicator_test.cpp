@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -216,28 +215,6 @@ using RankBody =
   std::_Exit(failures ? 1 : 0);
 }
 
-// Waits for `pid` until `deadline`, then kills it.
-ExitStatus wait_child(pid_t pid, Clock::time_point deadline) {
-  ExitStatus status;
-  int raw = 0;
-  while (::waitpid(pid, &raw, WNOHANG) == 0) {
-    if (Clock::now() >= deadline) {
-      status.timed_out = true;
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &raw, 0);
-      break;
-    }
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  if (WIFEXITED(raw)) {
-    status.exited = true;
-    status.code = WEXITSTATUS(raw);
-  } else if (WIFSIGNALED(raw)) {
-    status.signal = WTERMSIG(raw);
-  }
-  return status;
-}
-
 // Runs `body` on `world` ranks, each a child forked from this (single-threaded) test process.
 std::vector<RankResult> run_forked_group(const std::string& scenario, int world,
                                          milliseconds timeout, milliseconds limit,
@@ -255,7 +232,7 @@ std::vector<RankResult> run_forked_group(const std::string& scenario, int world,
   std::vector<RankResult> results(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
     RankResult& result = results[static_cast<size_t>(r)];
-    result.status = wait_child(pids[static_cast<size_t>(r)], deadline);
+    result.status = testing::wait_for_exit(pids[static_cast<size_t>(r)], deadline);
     std::ifstream in(dir + "/rank" + std::to_string(r));
     std::stringstream text;
     text << in.rdbuf();

@@ -265,7 +265,7 @@ TEST_F(PlotCommandTest, AMissingOrFailingGnuplotIsExplained) {
 
 TEST_F(PlotCommandTest, TheOozeBinaryRunsIt) {
   require_gnuplot();
-  const std::string ooze = ::ooze::testing::build_path("launcher/ooze");
+  const std::string ooze = ::ooze::testing::ooze_binary();
   if (!fs::exists(ooze)) GTEST_SKIP() << ooze << " not built";
   log_run();
   ::ooze::testing::Process plot({ooze, "plot", run_, "--keys", "eval/*"}, {}, run_ + "/log.txt");

@@ -15,10 +15,10 @@
 namespace ooze::launcher {
 namespace {
 
+using ::ooze::testing::ooze_binary;
+
 using namespace std::chrono_literals;
 using nlohmann::json;
-
-std::string ooze_program() { return ::ooze::testing::build_path("launcher/ooze"); }
 
 std::string write_prompts(const std::string& path, int count) {
   std::ofstream out(path);
@@ -41,10 +41,10 @@ std::vector<json> json_lines(const std::string& output) {
 }
 
 TEST(RolloutCommandTest, RunsRolloutsAndEvaluationsAgainstLocalEngines) {
-  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::string dir = ::ooze::testing::make_temp_dir("rollout-command");
   const std::string model = rollout::testing::tiny_model_dir();
-  ::ooze::testing::Process run({ooze_program(),
+  ::ooze::testing::Process run({ooze_binary(),
                                 "rollout",
                                 "--hf-checkpoint",
                                 model,
@@ -133,12 +133,12 @@ TEST(RolloutCommandTest, RunsRolloutsAndEvaluationsAgainstLocalEngines) {
 }
 
 TEST(RolloutCommandTest, BadDataFailsBeforeAnyEngineStarts) {
-  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::string dir = ::ooze::testing::make_temp_dir("rollout-command-bad");
   const std::string data = dir + "/bad.jsonl";
   std::ofstream(data) << "{\"input\": \"fine\"}\n{\"question\": \"no input\"}\n";
   ::ooze::testing::Process run(
-      {ooze_program(), "rollout", "--hf-checkpoint", rollout::testing::tiny_model_dir(),
+      {ooze_binary(), "rollout", "--hf-checkpoint", rollout::testing::tiny_model_dir(),
        "--prompt-data", data, "--rm-type", "math"},
       {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
   const ::ooze::testing::ExitStatus status = run.wait(60s);

@@ -14,10 +14,10 @@
 namespace ooze::launcher {
 namespace {
 
+using ::ooze::testing::ooze_binary;
+
 using nlohmann::json;
 using rollout::testing::TestHttpClient;
-
-std::string ooze_program() { return ::ooze::testing::build_path("launcher/ooze"); }
 
 // The port of the "listening on http://HOST:PORT" line, once printed (0 until then).
 int wait_for_port(const ::ooze::testing::Process& process, std::chrono::seconds limit) {
@@ -33,12 +33,12 @@ int wait_for_port(const ::ooze::testing::Process& process, std::chrono::seconds 
 }
 
 TEST(ServeCommand, ServesUntilSigtermThenAbortsAndExitsZero) {
-  if (!std::filesystem::exists(ooze_program())) {
-    GTEST_SKIP() << ooze_program() << " is not built (ninja -C build ooze)";
+  if (!std::filesystem::exists(ooze_binary())) {
+    GTEST_SKIP() << ooze_binary() << " is not built (ninja -C build ooze)";
   }
   const std::string dir = ::ooze::testing::make_temp_dir("serve");
   ::ooze::testing::Process serve(
-      {ooze_program(), "serve", "--model", rollout::testing::tiny_model_dir(), "--port", "0",
+      {ooze_binary(), "serve", "--model", rollout::testing::tiny_model_dir(), "--port", "0",
        "--kv-cache-blocks", "512", "--threads", "1", "--api-key", "serve-key",
        "--served-model-name", "tiny"},
       {{"OMP_NUM_THREADS", "1"}}, dir + "/serve.log");
@@ -76,11 +76,11 @@ TEST(ServeCommand, ServesUntilSigtermThenAbortsAndExitsZero) {
 }
 
 TEST(ServeCommand, MissingModelIsAnError) {
-  if (!std::filesystem::exists(ooze_program())) {
-    GTEST_SKIP() << ooze_program() << " is not built (ninja -C build ooze)";
+  if (!std::filesystem::exists(ooze_binary())) {
+    GTEST_SKIP() << ooze_binary() << " is not built (ninja -C build ooze)";
   }
   const std::string dir = ::ooze::testing::make_temp_dir("serve-bad");
-  ::ooze::testing::Process serve({ooze_program(), "serve", "--port", "0"}, {}, dir + "/serve.log");
+  ::ooze::testing::Process serve({ooze_binary(), "serve", "--port", "0"}, {}, dir + "/serve.log");
   const ::ooze::testing::ExitStatus status = serve.wait(std::chrono::seconds(30));
   EXPECT_TRUE(status.exited && status.code != 0) << status.describe();
   EXPECT_NE(serve.output().find("model"), std::string::npos) << serve.output();

@@ -16,6 +16,7 @@
 
 #include "rollout/engine.h"
 #include "tests/launcher/train_actor_fixture.h"
+#include "tests/rollout/small_engine_options.h"
 #include "tests/support/expect_error.h"
 
 namespace ooze::launcher {
@@ -54,18 +55,6 @@ class TrainActorWeightSyncTest : public TrainActorFixture {
     return groups_.back();
   }
 
-  static rollout::EngineOptions engine_options(const std::string& model_dir,
-                                               const std::string& dtype) {
-    rollout::EngineOptions options;
-    options.model_dir = model_dir;
-    options.dtype = dtype;
-    options.kv_cache_blocks = 64;
-    options.block_size = 4;
-    options.intra_op_threads = 1;
-    options.seed = 1;
-    return options;
-  }
-
   // Engines start from the initial model, as the RL loop's do (version 0).
   std::vector<EngineHandle> spawn_engines(int count, const std::string& dtype,
                                           int max_restarts = 0) {
@@ -73,8 +62,8 @@ class TrainActorWeightSyncTest : public TrainActorFixture {
     for (int i = 0; i < count; ++i) {
       actors::ActorOptions options = rollout::rollout_engine_actor_options();
       options.max_restarts = max_restarts;
-      spawned.push_back(
-          actors::spawn<RolloutEngine>(options, engine_options(*dir_ + "/model", dtype)));
+      spawned.push_back(actors::spawn<RolloutEngine>(
+          options, rollout::testing::small_engine_options(*dir_ + "/model", dtype)));
       engines_.push_back(spawned.back());
     }
     for (const auto& engine : spawned) engine.wait_ready();
@@ -98,7 +87,7 @@ class TrainActorWeightSyncTest : public TrainActorFixture {
                                                     const std::string& name) {
     const std::string dir = *dir_ + "/" + name;
     actors::get_all(group.call_all(&TrainActor::save_hf, dir));
-    return std::make_unique<rollout::Engine>(engine_options(dir, dtype));
+    return std::make_unique<rollout::Engine>(rollout::testing::small_engine_options(dir, dtype));
   }
 
   static rollout::GenerateRequest greedy(int64_t max_new_tokens) {

@@ -17,10 +17,10 @@
 namespace ooze::launcher {
 namespace {
 
+using ::ooze::testing::ooze_binary;
+
 using namespace std::chrono_literals;
 using nlohmann::json;
-
-std::string ooze_program() { return ::ooze::testing::build_path("launcher/ooze"); }
 
 std::string write_prompts(const std::string& path, int count) {
   std::ofstream out(path);
@@ -54,7 +54,7 @@ struct TrainRun {
 // rewards, output in DIR/out; `flags` come after (later flags win).
 std::vector<std::string> train_command(const std::string& dir,
                                        const std::vector<std::string>& flags) {
-  std::vector<std::string> command = {ooze_program(),
+  std::vector<std::string> command = {ooze_binary(),
                                       "train",
                                       "--hf-checkpoint",
                                       rollout::testing::tiny_model_dir(),
@@ -125,7 +125,7 @@ void expect_slime_invariants(const TrainRun& run) {
 }
 
 TEST(TrainCommandTest, TwoRanksAndTwoColocatedEnginesKeepSlimesInvariants) {
-  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::string exported = ::ooze::testing::make_temp_dir("train-command-export") + "/model";
   const TrainRun run = train("colocated", {"--actor-num-gpus-per-node", "2", "--rollout-num-gpus",
                                            "2", "--colocate", "--save-hf", exported});
@@ -140,7 +140,7 @@ TEST(TrainCommandTest, TwoRanksAndTwoColocatedEnginesKeepSlimesInvariants) {
 }
 
 TEST(TrainCommandTest, DisaggregatedEnginesWithAKlLossStartFromTheReference) {
-  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const TrainRun run =
       train("disaggregated", {"--rollout-num-gpus", "2", "--use-kl-loss", "--kl-loss-coef", "0.1"});
   expect_slime_invariants(run);
@@ -153,7 +153,7 @@ TEST(TrainCommandTest, DisaggregatedEnginesWithAKlLossStartFromTheReference) {
 // Slime's debug modes: a run saves its rollouts; another trains on them without engines and takes
 // the same steps; a third only generates.
 TEST(TrainCommandTest, SavedRolloutsTrainAgainWithoutEnginesToTheSameSteps) {
-  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::string data = ::ooze::testing::make_temp_dir("train-command-data");
   const std::string pattern = data + "/rollout_{rollout_id}.jsonl";
   const TrainRun saved = train("saving", {"--save-debug-rollout-data", pattern});
@@ -190,7 +190,7 @@ std::vector<json> field_of(const std::string& path, const char* field) {
 // ones the uninterrupted run drew, and with --sampling-seed so are the responses, so the
 // resumed steps are the uninterrupted run's to fp32 rounding.
 TEST(TrainCommandTest, AResumedRunContinuesWhereTheCheckpointLeftOff) {
-  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::string dir = ::ooze::testing::make_temp_dir("train-command-resume");
   const TrainRun full =
       train("full", {"--save", dir + "/ckpt", "--save-interval", "1", "--rollout-shuffle",
@@ -232,7 +232,7 @@ TEST(TrainCommandTest, AResumedRunContinuesWhereTheCheckpointLeftOff) {
 }
 
 TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
-  if (!std::filesystem::exists(ooze_program())) GTEST_SKIP() << ooze_program() << " not built";
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--global-batch-size", "3"}, "--global-batch-size 3 does not divide a rollout's 8 samples"},
       {{"--debug-train-only"}, "--debug-train-only trains on saved samples"},

@@ -19,6 +19,7 @@
 #include "rollout/engine.h"
 #include "rollout/engine_server.h"
 #include "tests/rollout/http_test_client.h"
+#include "tests/rollout/small_engine_options.h"
 #include "tests/rollout/tiny_model.h"
 #include "tests/support/expect_error.h"
 
@@ -45,15 +46,7 @@ class EngineWeightSyncTest : public ::testing::Test {
     }
   }
 
-  EngineOptions options() const {
-    EngineOptions options;
-    options.model_dir = dir_;
-    options.kv_cache_blocks = 64;
-    options.block_size = 4;
-    options.intra_op_threads = 1;
-    options.seed = 1;
-    return options;
-  }
+  EngineOptions options() const { return testing::small_engine_options(dir_); }
 
   static GenerateRequest greedy(int64_t max_new_tokens) {
     GenerateRequest r;

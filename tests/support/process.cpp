@@ -72,23 +72,26 @@ void Process::kill(int signal) {
 }
 
 ExitStatus Process::wait(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return ExitStatus{};
+  const ExitStatus status = wait_for_exit(pid_, std::chrono::steady_clock::now() + timeout);
+  pid_ = -1;
+  return status;
+}
+
+ExitStatus wait_for_exit(pid_t pid, std::chrono::steady_clock::time_point deadline) {
   ExitStatus status;
-  if (pid_ <= 0) return status;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
   int raw = 0;
   while (true) {
-    pid_t done = ::waitpid(pid_, &raw, WNOHANG);
-    if (done == pid_) break;
+    pid_t done = ::waitpid(pid, &raw, WNOHANG);
+    if (done == pid) break;
     if (std::chrono::steady_clock::now() >= deadline) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, &raw, 0);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &raw, 0);
       status.timed_out = true;
-      pid_ = -1;
       return status;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  pid_ = -1;
   if (WIFEXITED(raw)) {
     status.exited = true;
     status.code = WEXITSTATUS(raw);

@@ -40,8 +40,14 @@ class Process {
   std::string log_path_;
 };
 
+// Waits for the child `pid` (one this process forked) until `deadline`, then kills it with
+// SIGKILL and reports it timed out.
+ExitStatus wait_for_exit(pid_t pid, std::chrono::steady_clock::time_point deadline);
+
 // The build directory joined with `relative`.
 std::string build_path(const std::string& relative);
+// The `ooze` binary users run (build/launcher/ooze).
+inline std::string ooze_binary() { return build_path("launcher/ooze"); }
 // A fresh temporary directory, unique per call.
 std::string make_temp_dir(const std::string& tag);
 // A TCP port on 127.0.0.1 that was free a moment ago.

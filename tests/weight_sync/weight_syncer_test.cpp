@@ -21,6 +21,7 @@
 #include "fsdp/hf_export.h"
 #include "models/hf_checkpoint.h"
 #include "rollout/engine.h"
+#include "tests/rollout/small_engine_options.h"
 #include "tests/rollout/tiny_model.h"
 #include "tests/support/expect_error.h"
 
@@ -85,14 +86,7 @@ class WeightSyncerTest : public ::testing::TestWithParam<SyncCase> {
   }
 
   rollout::EngineOptions engine_options(const std::string& dtype) const {
-    rollout::EngineOptions options;
-    options.model_dir = *dir_;
-    options.dtype = dtype;
-    options.kv_cache_blocks = 64;
-    options.block_size = 4;
-    options.intra_op_threads = 1;
-    options.seed = 1;
-    return options;
+    return rollout::testing::small_engine_options(*dir_, dtype);
   }
 
   void spawn_engines(int count, const std::string& dtype, int max_restarts = 0) {
