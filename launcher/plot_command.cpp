@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 extern char** environ;
@@ -156,13 +157,6 @@ class ScratchDir {
  private:
   std::string path_;
 };
-
-void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw IoError("cannot write '" + path + "': " + std::strerror(errno));
-}
 
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -374,12 +368,12 @@ PlotReport plot_metrics(const PlotOptions& options) {
     keys.push_back(key);
     data_paths.push_back(scratch.file(std::to_string(keys.size()) + ".dat"));
     png_paths.push_back((plots_dir / (stem + ".png")).string());
-    write_text_file(data_paths.back(), gnuplot_data(metric));
+    write_file_atomically(data_paths.back(), gnuplot_data(metric));
     report.plots.push_back({key, png_paths.back(), finite});
   }
   if (!keys.empty()) {
     const std::string script = scratch.file("plot.gp");
-    write_text_file(script, gnuplot_script(options, keys, data_paths, png_paths));
+    write_file_atomically(script, gnuplot_script(options, keys, data_paths, png_paths));
     run_gnuplot(options.gnuplot, script, scratch.file("gnuplot.log"));
   }
   for (const WrittenPlot& plot : report.plots) {
@@ -388,7 +382,7 @@ PlotReport plot_metrics(const PlotOptions& options) {
     }
   }
   report.index_path = (plots_dir / "index.html").string();
-  write_text_file(report.index_path,
+  write_file_atomically(report.index_path,
                   index_html(options.run_dir, report.plots, series, report.without_values));
   return report;
 }
