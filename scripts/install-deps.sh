@@ -31,6 +31,8 @@ packages=(
   # gnuplot (no X11): `ooze plot` renders metric curves as PNG files.
   gnuplot-nox
   nodejs npm
+  # curl: an outside HTTP client for the engine server's tests.
+  curl
 )
 
 as_root() {

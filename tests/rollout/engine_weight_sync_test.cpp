@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <string>
 #include <thread>
@@ -226,6 +227,19 @@ TEST_F(EngineWeightSyncTest, OverHttpAnInterruptedSyncAnswers503UntilACompleteOn
   EXPECT_EQ(reply.status, 503) << reply.body;
   EXPECT_CONTAINS(reply.body, "weights are incomplete");
   EXPECT_EQ(client.request("GET", "/health_generate").status, 503);
+  // curl, a client nobody here wrote, sees the same refusal.
+  const std::string curl =
+      "curl -s -o /dev/null -w '%{http_code}' -X POST -H "
+      "'Content-Type: application/json' -d '" +
+      generate.dump() + "' http://127.0.0.1:" + std::to_string(server.port()) + "/generate";
+  if (FILE* pipe = ::popen(curl.c_str(), "r")) {
+    char code[8] = {};
+    const size_t read = std::fread(code, 1, sizeof(code) - 1, pipe);
+    ::pclose(pipe);
+    EXPECT_EQ(std::string(code, read), "503");
+  } else {
+    ADD_FAILURE() << "cannot run curl";
+  }
   const nlohmann::json info = client.request("GET", "/get_server_info").json();
   EXPECT_TRUE(info["stats"]["weights_incomplete"]) << info.dump();
 
