@@ -21,10 +21,10 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Supervised fine-tuning of a generated model by 2 FSDP ranks hosted as actors;
-# `ooze demo --config examples/foundation_demo.json` is the comm-only demo.
+# A tiny generated Qwen3 learns single-digit addition by GRPO (2 trainer ranks, 2 engines),
+# after a short supervised warm start: metrics, TensorBoard events and PNG curves in runs/demo.
 demo: build
-	$(BUILD_DIR)/launcher/ooze sft-demo --out runs/sft-demo --world-size 2 --steps 30
+	BUILD_DIR=$(BUILD_DIR) bash examples/demo/run.sh runs/demo
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

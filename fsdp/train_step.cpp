@@ -151,8 +151,10 @@ algorithms::LossOutput policy_loss_of(FsdpTransformer& model, const PackedMicroB
                                       bool rank_has_samples, const TrainStepOptions& options,
                                       const algorithms::LossScale& scale) {
   const algorithms::PolicyLossOptions& policy = options.policy_loss;
+  // Entropy is always reported (train/entropy_loss); it carries a gradient only when the loss
+  // has an entropy term.
   const models::TokenLogProbs predicted =
-      token_log_probs(model, batch, options.temperature, /*with_entropy=*/policy.entropy_coef != 0);
+      token_log_probs(model, batch, options.temperature, /*with_entropy=*/true);
   auto value = [&](const std::string& name) {
     return rank_has_samples ? batch.value(name) : at::zeros_like(predicted.log_probs);
   };
@@ -160,7 +162,7 @@ algorithms::LossOutput policy_loss_of(FsdpTransformer& model, const PackedMicroB
   inputs.cu_seqlens = batch.cu_seqlens;
   inputs.loss_mask = batch.loss_mask;
   inputs.log_probs = predicted.log_probs;
-  inputs.entropy = predicted.entropy;
+  inputs.entropy = policy.entropy_coef != 0 ? predicted.entropy : predicted.entropy.detach();
   inputs.old_log_probs = value("old_log_probs");
   inputs.advantages = value("advantages");
   if (policy.use_kl_loss) inputs.ref_log_probs = value("ref_log_probs");

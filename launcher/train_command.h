@@ -5,23 +5,9 @@
 //              [--num-rollout 10] [--global-batch-size 16] [any rollout, algorithm, optimizer,
 //              weight-sync flag]
 //
-// Per rollout id, read top to bottom in run_train_command:
-//   1. generate   the rollout manager over the engines (HTTP servers inside RolloutEngine
-//                 actors, reached through the router), rewards, filters;
-//   2. score      old log-probs recomputed by the trainer (or the rollout's, with
-//                 --use-rollout-logprobs), reference log-probs when a KL needs them;
-//   3. advantages over the whole rollout (launcher/training_batch.h);
-//   4. train      --global-batch-size samples per optimizer step, dealt over the trainer ranks;
-//   5. sync       the new weights to every engine as version rollout_id + 1;
-//   6. log        one line of metrics (Slime's keys) to stdout, OUT/metrics.jsonl and
-//                 TensorBoard event files in OUT/tensorboard.
-// The effective config is saved as OUT/config.json before anything starts. On one machine the
-// actor runtime is embedded; a "GPU" of the placement flags is a process slot on the CPU.
-//
-// --save DIR checkpoints every --save-interval rollouts and after the last; --load DIR resumes
-// (the trainer's state, the rollout id, the prompt source; the engines get the loaded weights
-// first). Slime's debug modes: --save-debug-rollout-data, --load-debug-rollout-data (train on
-// saved samples, no engine), --debug-rollout-only (no trainer), --debug-train-only.
+// The flags and the checks made before any process starts are launcher/train_plan.h's; where
+// the processes run, launcher/rl_placement.h's; the loop itself, launcher/rl_loop.h's. The
+// effective config is saved as OUT/config.json before anything starts.
 #pragma once
 
 #include <iosfwd>

@@ -235,12 +235,29 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
   if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--global-batch-size", "3"}, "--global-batch-size 3 does not divide a rollout's 8 samples"},
-      {{"--debug-train-only"}, "--debug-train-only trains on saved samples"},
+      {{"--global-batch-size", "1", "--actor-num-gpus-per-node", "2"},
+       "--global-batch-size 1 is smaller than the 2 trainer ranks"},
+      {{"--debug-train-only"}, "--debug-train-only starts no engine"},
       {{"--debug-rollout-only", "--load-debug-rollout-data", "x.jsonl"},
        "--debug-rollout-only trains nothing"},
+      {{"--colocate", "--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "3"},
+       "--colocate puts the engines on the trainer's 2 GPUs"},
+      {{"--rollout-function-path", "sft", "--n-samples-per-prompt", "1", "--global-batch-size",
+        "2"},
+       "add --loss-type sft_loss"},
+      {{"--rollout-function-path", "lib.so:generate"}, "is not a rollout function"},
+      {{"--hf-checkpoint", "DIR"}, "has no config.json"},
+      {{"--hf-checkpoint", "DIR/config_only"}, "has no *.safetensors weights"},
   };
-  for (const auto& [flags, expected] : cases) {
+  for (auto [flags, expected] : cases) {
     const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");
+    // DIR: a directory that is not a model; DIR/config_only: a model's config.json alone.
+    std::filesystem::create_directories(dir + "/config_only");
+    std::filesystem::copy_file(rollout::testing::tiny_model_dir() + "/config.json",
+                               dir + "/config_only/config.json");
+    for (std::string& flag : flags) {
+      if (flag.rfind("DIR", 0) == 0) flag = dir + flag.substr(3);
+    }
     std::vector<std::string> command = train_command(dir, flags);
     ::ooze::testing::Process run(command, {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
     const ::ooze::testing::ExitStatus status = run.wait(60s);

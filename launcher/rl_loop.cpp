@@ -1,0 +1,301 @@
+#include "launcher/rl_loop.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+
+#include "actors/runtime.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "launcher/debug_rollout_data.h"
+#include "launcher/trainer_group.h"
+#include "rollout/rollout_metrics.h"
+#include "rollout/sft_rollout.h"
+
+namespace ooze::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Mean |old - rollout| log-prob over the counted response tokens: how far the trainer's
+// recomputation is from the engines' (Slime's train/train_rollout_logprob_abs_diff).
+double logprob_abs_diff(const TrainingBatch& batch) {
+  const std::vector<at::Tensor> old = batch.get("old_log_probs");
+  const std::vector<at::Tensor> rollout = batch.get("rollout_log_probs");
+  double sum = 0, count = 0;
+  for (size_t i = 0; i < old.size(); ++i) {
+    const at::Tensor& mask = batch.samples[i].response_mask;
+    sum += ((old[i] - rollout[i]).abs() * mask).sum().item<double>();
+    count += mask.sum().item<double>();
+  }
+  return count > 0 ? sum / count : 0.0;
+}
+
+// The oldest weight version that sampled a token of the rollout: rollout_id when every engine
+// had the last sync's weights.
+double oldest_weight_version(const rollout::RolloutResult& result) {
+  int64_t oldest = -1;
+  for (const auto& group : result.groups) {
+    for (const rollout::Sample& sample : group) {
+      for (int64_t version : sample.weight_versions) {
+        if (version >= 0 && (oldest < 0 || version < oldest)) oldest = version;
+      }
+    }
+  }
+  return static_cast<double>(oldest);
+}
+
+int64_t token_count(const TrainingBatch& batch) {
+  int64_t tokens = 0;
+  for (const fsdp::PackingSample& sample : batch.samples) tokens += sample.tokens.numel();
+  return tokens;
+}
+
+// What a checkpoint holds beyond the trainer's own files: where the run stands. It is written
+// as SAVE/rollout_state_<iteration>.json before the trainer's checkpoint, whose tracker names
+// the iteration only once everything is on disk: a crash in between leaves the previous
+// checkpoint the one that loads.
+std::string rollout_state_path(const std::string& dir, int64_t iteration) {
+  return dir + "/rollout_state_" + std::to_string(iteration) + ".json";
+}
+
+nlohmann::json read_rollout_state(const std::string& dir, int64_t iteration) {
+  const std::string path = rollout_state_path(dir, iteration);
+  std::ifstream in(path);
+  const nlohmann::json state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!in.is_open() || state.is_discarded() || !state.contains("next_rollout_id")) {
+    throw FormatError(path + " is missing or not a rollout state: the checkpoint of iteration " +
+                      std::to_string(iteration) + " in " + dir + " was not written by ooze train");
+  }
+  return state;
+}
+
+}  // namespace
+
+RlLoop::RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData& data,
+               std::optional<rollout::RewardModel>& rewards, RlProcesses& job,
+               const TrainerOptions& trainer, std::ostream& out)
+    : config_(config),
+      plan_(plan),
+      data_(data),
+      rewards_(rewards),
+      job_(job),
+      trainer_(trainer),
+      algorithm_(algorithms::AlgorithmOptions::from_config(config)),
+      out_(out),
+      log_(config.get<std::string>("output_dir"), out, plan.num_rollout, plan.steps_per_rollout) {
+  if (plan.source != RolloutSource::kDebugData) {
+    source_ = std::make_unique<rollout::PromptSource>(
+        data.prompts, rollout::PromptSourceOptions::from_config(config));
+  }
+  if (plan.with_engines()) {
+    manager_ =
+        std::make_unique<rollout::RolloutManager>(rollout::RolloutOptions::from_config(config),
+                                                  *source_, *job.router, data.tokenizer, *rewards_);
+  }
+}
+
+RlLoop::~RlLoop() = default;
+
+bool RlLoop::takes_turns() const {
+  return plan_.colocate && plan_.with_trainers && plan_.with_engines();
+}
+
+void RlLoop::engines_release_memory() {
+  std::vector<actors::Future<void>> released;
+  for (const auto& engine : job_.engines) {
+    released.push_back(engine.call(&rollout::RolloutEngine::release_memory));
+  }
+  actors::get_all(std::move(released));
+}
+
+void RlLoop::engines_resume_memory() {
+  std::vector<actors::Future<void>> resumed;
+  for (const auto& engine : job_.engines) {
+    resumed.push_back(engine.call(&rollout::RolloutEngine::resume_memory));
+  }
+  actors::get_all(std::move(resumed));
+}
+
+void RlLoop::run() {
+  const int64_t first_rollout = resume();
+  if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::sleep));
+  for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
+    run_rollout(rollout_id);
+  }
+  const bool evaluating =
+      manager_ && !data_.eval_datasets.empty() && data_.eval_options.eval_interval > 0;
+  if (evaluating) evaluate(plan_.num_rollout);
+  const std::string save_hf = config_.get<std::string>("save_hf");
+  if (!save_hf.empty() && plan_.with_trainers) {
+    if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::wake_up));
+    actors::get_all(job_.trainers.call_all(&TrainActor::save_hf, save_hf));
+    out_ << "final policy written to " << save_hf << std::endl;
+  }
+}
+
+// --load: the trainer's state, then where the rollouts stood; the engines, started from the
+// initial model, get the loaded weights before they generate.
+int64_t RlLoop::resume() {
+  const std::string load_dir = config_.get<std::string>("load");
+  if (load_dir.empty() || !plan_.with_trainers) return 0;
+  const TrainProgress progress =
+      actors::get_all(job_.trainers.call_all(&TrainActor::load, load_dir)).front();
+  const nlohmann::json state = read_rollout_state(load_dir, progress.iteration);
+  const int64_t first_rollout = state["next_rollout_id"].get<int64_t>();
+  optimizer_steps_ = state["optimizer_steps"].get<int64_t>();
+  if (manager_ && !state["rollout_manager"].is_null()) manager_->restore(state["rollout_manager"]);
+  if (!manager_ && source_ && state.contains("prompt_source")) {
+    source_->restore(state["prompt_source"], rollout_state_path(load_dir, progress.iteration));
+  }
+  if (plan_.with_engines()) {
+    actors::get_all(job_.trainers.call_all(&TrainActor::update_weights, first_rollout,
+                                           /*abort_in_flight=*/true));
+  }
+  out_ << "resumed from " << load_dir << " at iteration " << progress.iteration << ", rollout "
+       << first_rollout << std::endl;
+  return first_rollout;
+}
+
+void RlLoop::run_rollout(int64_t rollout_id) {
+  const Clock::time_point step_start = Clock::now();
+  double eval_time = 0;
+  if (manager_ && !data_.eval_datasets.empty() && data_.eval_options.eval_interval > 0 &&
+      rollout_id % data_.eval_options.eval_interval == 0) {
+    const Clock::time_point start = Clock::now();
+    evaluate(rollout_id);
+    eval_time = seconds_since(start);
+  }
+  Clock::time_point start = Clock::now();
+  rollout::RolloutResult result = generate(rollout_id);
+  MetricLine line = result.metrics;
+  line["perf/rollout_time"] = seconds_since(start);
+  if (plan_.with_engines()) line["rollout/oldest_weight_version"] = oldest_weight_version(result);
+  const std::string save_debug_data = config_.get<std::string>("save_debug_rollout_data");
+  if (!save_debug_data.empty()) {
+    save_debug_rollout_data(debug_rollout_path(save_debug_data, rollout_id), result.groups);
+  }
+
+  if (plan_.with_trainers) {
+    // The trainer waits while the rollout (and an evaluation before it) runs.
+    line["perf/train_wait_time"] = line["perf/rollout_time"] + eval_time;
+    if (takes_turns()) {
+      start = Clock::now();
+      engines_release_memory();
+      actors::get_all(job_.trainers.call_all(&TrainActor::wake_up));
+      line["perf/wake_up_time"] = seconds_since(start);
+    }
+    TrainingBatch batch = training_batch(result.groups, config_.get<std::string>("reward_key"));
+    score(batch, line);
+    train(rollout_id, batch, line);
+    if (plan_.with_engines()) {
+      if (takes_turns()) engines_resume_memory();
+      sync(rollout_id + 1, line);
+      if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::sleep));
+    }
+  }
+  const std::string save_dir = config_.get<std::string>("save");
+  const int64_t save_interval = config_.get<int64_t>("save_interval");
+  const bool last = rollout_id + 1 == plan_.num_rollout;
+  if (!save_dir.empty() && plan_.with_trainers &&
+      (last || (save_interval > 0 && (rollout_id + 1) % save_interval == 0))) {
+    start = Clock::now();
+    save(rollout_id + 1);
+    line["perf/save_time"] = seconds_since(start);
+  }
+  line["perf/step_time"] = seconds_since(step_start);
+  log_.rollout(rollout_id, line);
+}
+
+rollout::RolloutResult RlLoop::generate(int64_t rollout_id) {
+  if (plan_.source == RolloutSource::kEngines) return manager_->generate(rollout_id);
+  rollout::RolloutResult result;
+  result.rollout_id = rollout_id;
+  if (plan_.source == RolloutSource::kSft) {
+    result.groups =
+        rollout::sft_rollout(*source_, data_.tokenizer, config_.get<int64_t>("rollout_batch_size"));
+    result.metrics["rollout/response_len/mean"] = 0;
+    for (const auto& group : result.groups) {
+      result.metrics["rollout/response_len/mean"] +=
+          static_cast<double>(group.front().response_length) / result.groups.size();
+    }
+    return result;
+  }
+  const std::string pattern = config_.get<std::string>("load_debug_rollout_data");
+  result.groups = load_debug_rollout_data(debug_rollout_path(pattern, rollout_id));
+  result.metrics = rollout::rollout_metrics(result.groups, config_.get<std::string>("reward_key"));
+  return result;
+}
+
+void RlLoop::score(TrainingBatch& batch, MetricLine& line) {
+  if (trainer_.loss_type == fsdp::LossType::kSftLoss) return;  // nothing to compare against
+  const TrainBatch everything{batch.samples};
+  Clock::time_point start = Clock::now();
+  batch.set("old_log_probs",
+            plan_.use_rollout_logprobs
+                ? batch.get("rollout_log_probs")
+                : log_probs(job_.trainers, everything, trainer_.packing, trainer_.temperature));
+  line["perf/log_probs_time"] = seconds_since(start);
+  line["train/train_rollout_logprob_abs_diff"] = logprob_abs_diff(batch);
+  if (plan_.needs_reference) {
+    start = Clock::now();
+    batch.set("ref_log_probs", log_probs(job_.trainers, everything, trainer_.packing,
+                                         trainer_.temperature, Scorer::kReference));
+    line["perf/ref_log_probs_time"] = seconds_since(start);
+  }
+  compute_advantages(batch, algorithm_.advantage, algorithm_.policy_loss.kl_loss_type);
+}
+
+// Each optimizer step logs a line of its own, "train/step" counting them over the run.
+void RlLoop::train(int64_t rollout_id, const TrainingBatch& batch, MetricLine& line) {
+  const Clock::time_point start = Clock::now();
+  for (const TrainBatch& step : batch.global_batches(plan_.global_batch_size)) {
+    const TrainStepResult trained = train_step(job_.trainers, step, trainer_.packing);
+    MetricLine step_line;
+    for (const auto& [key, value] : trained.metrics) step_line["train/" + key] = value;
+    step_line["train/grad_norm"] = trained.grad_norm;
+    step_line["train/lr"] = trained.lr;
+    step_line["train/step"] = static_cast<double>(++optimizer_steps_);
+    log_.train_step(rollout_id, step_line);
+  }
+  line["perf/train_time"] = seconds_since(start);
+  line["perf/train_tokens_per_sec"] =
+      static_cast<double>(token_count(batch)) / std::max(line["perf/train_time"], 1e-9);
+}
+
+void RlLoop::sync(int64_t version, MetricLine& line) {
+  const Clock::time_point start = Clock::now();
+  const auto synced = actors::get_all(
+      job_.trainers.call_all(&TrainActor::update_weights, version, /*abort_in_flight=*/true));
+  line["perf/update_weights_time"] = seconds_since(start);
+  line["perf/update_weights_bytes"] = static_cast<double>(synced.front().bytes);
+  line["perf/update_weights_mb_per_sec"] =
+      synced.front().bytes / 1e6 / std::max(line["perf/update_weights_time"], 1e-9);
+}
+
+void RlLoop::evaluate(int64_t rollout_id) {
+  const Clock::time_point start = Clock::now();
+  MetricLine line = manager_->evaluate(data_.eval_datasets, data_.eval_options);
+  line["perf/eval_time"] = seconds_since(start);
+  log_.eval(rollout_id, line);
+}
+
+void RlLoop::save(int64_t next_rollout_id) {
+  const std::string save_dir = config_.get<std::string>("save");
+  nlohmann::json state = {{"next_rollout_id", next_rollout_id},
+                          {"optimizer_steps", optimizer_steps_},
+                          {"rollout_manager", manager_ ? manager_->state() : nlohmann::json()}};
+  if (!manager_ && source_) state["prompt_source"] = source_->state();
+  std::filesystem::create_directories(save_dir);
+  write_file_atomically(rollout_state_path(save_dir, optimizer_steps_), state.dump(2) + "\n");
+  if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::wake_up));
+  actors::get_all(job_.trainers.call_all(&TrainActor::save, save_dir));
+  if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::sleep));
+}
+
+}  // namespace ooze::launcher

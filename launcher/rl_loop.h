@@ -1,0 +1,75 @@
+// The RL loop of `ooze train`, one rollout id at a time, each phase a method read top to bottom
+// in run_rollout():
+//   1. generate   the rollout manager over the engines (or the sft rollout, or saved samples);
+//   2. score      old log-probs recomputed by the trainer (the engines' with
+//                 --use-rollout-logprobs), reference log-probs when a KL needs them;
+//   3. advantages over the whole rollout (launcher/training_batch.h);
+//   4. train      --global-batch-size samples per optimizer step, dealt over the trainer ranks;
+//   5. sync       the new weights to every engine as version rollout_id + 1;
+//   6. report     a line of Slime's metrics (launcher/run_log.h);
+// with an evaluation every --eval-interval rollouts and a checkpoint every --save-interval.
+//
+// Colocated, a rank and an engine share a GPU, so they take turns: the trainer sleeps (its state
+// in host memory) while the engines generate, the engines release their memory while the
+// trainer scores and trains, and both are resident only for the weight sync.
+//
+//   RlProcesses job = start_rl_processes(config, plan, init);
+//   RlLoop(config, plan, data, job, trainer, out).run();
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <optional>
+
+#include "algorithms/algorithm_options.h"
+#include "core/config.h"
+#include "launcher/experiment_data.h"
+#include "launcher/rl_placement.h"
+#include "launcher/run_log.h"
+#include "launcher/train_plan.h"
+#include "launcher/trainer_options.h"
+#include "launcher/training_batch.h"
+#include "rollout/prompt_source.h"
+#include "rollout/reward_model.h"
+#include "rollout/rollout_manager.h"
+
+namespace ooze::launcher {
+
+class RlLoop {
+ public:
+  RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData& data,
+         std::optional<rollout::RewardModel>& rewards, RlProcesses& job,
+         const TrainerOptions& trainer, std::ostream& out);
+  ~RlLoop();
+
+  // --load, the rollouts from there to --num-rollout, the last evaluation, --save-hf.
+  void run();
+
+ private:
+  int64_t resume();  // returns the first rollout id
+  void run_rollout(int64_t rollout_id);
+  rollout::RolloutResult generate(int64_t rollout_id);
+  void score(TrainingBatch& batch, MetricLine& line);
+  void train(int64_t rollout_id, const TrainingBatch& batch, MetricLine& line);
+  void sync(int64_t version, MetricLine& line);
+  void evaluate(int64_t rollout_id);
+  void save(int64_t next_rollout_id);
+  bool takes_turns() const;  // colocated engines and trainer share GPUs
+  void engines_release_memory();
+  void engines_resume_memory();
+
+  const Config& config_;
+  const TrainPlan& plan_;
+  const ExperimentData& data_;
+  std::optional<rollout::RewardModel>& rewards_;
+  RlProcesses& job_;
+  const TrainerOptions& trainer_;
+  const algorithms::AlgorithmOptions algorithm_;
+  std::ostream& out_;
+  RunLog log_;
+  std::unique_ptr<rollout::PromptSource> source_;
+  std::unique_ptr<rollout::RolloutManager> manager_;
+  int64_t optimizer_steps_ = 0;
+};
+
+}  // namespace ooze::launcher

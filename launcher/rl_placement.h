@@ -1,0 +1,42 @@
+// Where an `ooze train` job's processes run, placed as Slime places them: one placement group
+// of TrainPlan::gpus_needed() bundles, one GPU each (a CPU process slot on a machine without
+// GPUs), packed onto as few nodes as possible.
+//   - Trainer rank r takes bundle r (bundles come ordered by node and GPU, so a node's ranks
+//     are contiguous).
+//   - Colocated, engine e shares bundle e with rank e: each takes half of it, and weights reach
+//     the engine through shared memory (CUDA IPC on a GPU).
+//   - Disaggregated, engine e takes bundle world_size + e of its own; weights go by broadcast.
+// Without --address (or $OOZE_ADDRESS) the actor runtime is embedded in this process and this
+// machine is the cluster; with it, the job joins a cluster started with `ooze start`.
+//
+//   RlProcesses job = start_rl_processes(config, plan, init);   // trainers, engines, router
+//   job.trainers ... job.router ...
+//   actors::shutdown();                                         // kills them all
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "actors/placement_group.h"
+#include "core/config.h"
+#include "launcher/train_plan.h"
+#include "launcher/trainer_group.h"
+#include "rollout/rollout_engine_actor.h"
+#include "rollout/router.h"
+
+namespace ooze::launcher {
+
+struct RlProcesses {
+  std::optional<actors::PlacementGroup> placement;
+  TrainerGroup trainers;  // empty with --debug-rollout-only
+  std::vector<actors::ActorHandle<rollout::RolloutEngine>> engines;  // empty without engines
+  std::unique_ptr<rollout::Router> router;  // over the engines' HTTP servers
+};
+
+// Starts the actor runtime, reserves the bundles (ConfigError naming the placement flags when
+// the cluster cannot hold them), then starts the trainer ranks (init'ed with `init`), the
+// engines with their HTTP servers, the router, and connects the trainers to the engines.
+RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, const TrainInit& init);
+
+}  // namespace ooze::launcher

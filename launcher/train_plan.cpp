@@ -1,0 +1,220 @@
+#include "launcher/train_plan.h"
+
+#include <filesystem>
+
+#include "algorithms/algorithm_options.h"
+#include "core/error.h"
+#include "launcher/trainer_options.h"
+#include "models/model_config.h"
+#include "rollout/prompt_source.h"
+#include "rollout/reward_model.h"
+#include "rollout/rollout_options.h"
+#include "weight_sync/weight_sync_options.h"
+
+namespace ooze::launcher {
+namespace {
+
+ConfigSchema build_schema() {
+  ConfigSchema schema;
+  schema.section("model");
+  schema.add_string("hf_checkpoint", "", "Hugging Face model directory: the initial policy.")
+      .required();
+  schema.add_string("ref_load", "",
+                    "Hugging Face model directory of the reference model; empty: the initial "
+                    "policy.");
+  schema.section("placement");
+  schema.add_string("address", "",
+                    "HOST:PORT of a cluster started with `ooze start`; empty: $OOZE_ADDRESS, "
+                    "else this machine alone (nothing to start).");
+  schema.add_int("actor_num_nodes", 1, "Nodes of the trainer.").min(1);
+  schema
+      .add_int("actor_num_gpus_per_node", 1,
+               "Trainer ranks per node (a GPU each; a process slot on the CPU).")
+      .min(1);
+  schema.add_int("rollout_num_gpus", 1, "GPUs (process slots) of all rollout engines.").min(1);
+  schema.add_int("rollout_num_gpus_per_engine", 1, "GPUs of one engine (tensor parallel).").min(1);
+  schema.add_bool("colocate", false,
+                  "Engines share the trainer ranks' GPUs and receive weights through shared "
+                  "memory (CUDA IPC); otherwise they have GPUs of their own and receive weights "
+                  "by broadcast.");
+  schema.section("engines");
+  schema.add_int("engine_max_running_requests", 64, "Sequences each engine decodes at once.")
+      .min(1);
+  schema.add_int("engine_kv_cache_memory_mb", 1024, "KV-cache memory of each engine.").min(1);
+  schema.add_int("engine_threads", 1, "Intra-op CPU threads of each engine.").min(1);
+  schema.section("training");
+  schema
+      .add_int("global_batch_size", 0,
+               "Samples per optimizer step; 0: the whole rollout (rollout_batch_size * "
+               "n_samples_per_prompt) in one step.")
+      .min(0);
+  schema.add_bool("use_rollout_logprobs", false,
+                  "Use the engines' log-probs as the old policy's instead of recomputing them.");
+  schema.add_string("rollout_function_path", "",
+                    "empty: the engines generate; sft: each prompt's --label-key text is its "
+                    "response (supervised training with --loss-type sft_loss; no engine).");
+  schema.section("output");
+  schema.add_string("output_dir", "runs/train",
+                    "Where config.json, metrics.jsonl and tensorboard/ go.");
+  schema.add_string("save", "",
+                    "Directory of checkpoints (trainer, optimizer, schedule, RNG, rollout id, "
+                    "prompt position); --load resumes from it.");
+  schema.add_int("save_interval", 0, "Save every N rollouts; 0: only after the last.").min(0);
+  schema.add_string("save_hf", "",
+                    "Write the final policy here as a Hugging Face model directory (what "
+                    "ooze serve and --hf-checkpoint load).");
+  schema.section("debug");
+  schema.add_string("save_debug_rollout_data", "",
+                    "Write each rollout's kept samples as JSON lines; {rollout_id} in the path "
+                    "is replaced.");
+  schema.add_string("load_debug_rollout_data", "",
+                    "Train on the samples a run saved with --save-debug-rollout-data instead of "
+                    "generating ({rollout_id} replaced); no engine starts.");
+  schema.add_bool("debug_rollout_only", false, "Generate and score only: no trainer starts.");
+  schema.add_bool("debug_train_only", false,
+                  "Train only, on --load-debug-rollout-data or the sft rollout: no engine "
+                  "starts.");
+  rollout::add_prompt_data_fields(schema);
+  rollout::add_rollout_fields(schema);
+  rollout::add_reward_fields(schema);
+  rollout::add_eval_fields(schema);
+  algorithms::add_algorithm_fields(schema);
+  add_trainer_fields(schema);
+  weight_sync::add_weight_sync_fields(schema);
+  schema.add_check("debug_modes", [](const Config& c) -> std::string {
+    const bool loads = !c.get<std::string>("load_debug_rollout_data").empty();
+    const bool sft = c.get<std::string>("rollout_function_path") == "sft";
+    if (c.get<bool>("debug_rollout_only") && (loads || sft || c.get<bool>("debug_train_only"))) {
+      return "--debug-rollout-only trains nothing: drop --debug-train-only, "
+             "--load-debug-rollout-data and --rollout-function-path sft";
+    }
+    if (loads && sft) {
+      return "--load-debug-rollout-data and --rollout-function-path sft both say where the "
+             "samples come from: keep one";
+    }
+    if (c.get<bool>("debug_train_only") && !loads && !sft) {
+      return "--debug-train-only starts no engine: give --load-debug-rollout-data or "
+             "--rollout-function-path sft";
+    }
+    return "";
+  });
+  schema.add_check("rollout_function_path", [](const Config& c) -> std::string {
+    const std::string function = c.get<std::string>("rollout_function_path");
+    if (!function.empty() && function != "sft") {
+      return "--rollout-function-path " + function +
+             " is not a rollout function: leave it empty (the engines generate) or write sft";
+    }
+    return "";
+  });
+  schema.add_check("rollout_num_gpus_per_engine", [](const Config& c) -> std::string {
+    if (c.get<int64_t>("rollout_num_gpus_per_engine") != 1) {
+      return "--rollout-num-gpus-per-engine must be 1: engines are not tensor parallel yet";
+    }
+    return "";
+  });
+  return schema;
+}
+
+}  // namespace
+
+int TrainPlan::gpus_needed() const {
+  const int trainer = with_trainers ? world_size : 0;
+  const int engines = with_engines() ? num_engines : 0;
+  return colocate && with_trainers ? std::max(trainer, engines) : trainer + engines;
+}
+
+TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
+  TrainPlan plan;
+  plan.actor_num_nodes = static_cast<int>(config.get<int64_t>("actor_num_nodes"));
+  plan.actor_gpus_per_node = static_cast<int>(config.get<int64_t>("actor_num_gpus_per_node"));
+  plan.world_size = plan.actor_num_nodes * plan.actor_gpus_per_node;
+  const int64_t rollout_gpus = config.get<int64_t>("rollout_num_gpus");
+  plan.num_engines =
+      static_cast<int>(rollout_gpus / config.get<int64_t>("rollout_num_gpus_per_engine"));
+  plan.colocate = config.get<bool>("colocate");
+  plan.with_trainers = !config.get<bool>("debug_rollout_only");
+  if (!config.get<std::string>("load_debug_rollout_data").empty()) {
+    plan.source = RolloutSource::kDebugData;
+  } else if (config.get<std::string>("rollout_function_path") == "sft") {
+    plan.source = RolloutSource::kSft;
+  }
+  if (plan.colocate && plan.with_trainers && rollout_gpus > plan.world_size) {
+    throw ConfigError("--colocate puts the engines on the trainer's " +
+                      std::to_string(plan.world_size) + " GPUs (--actor-num-nodes * " +
+                      "--actor-num-gpus-per-node), but --rollout-num-gpus asks for " +
+                      std::to_string(rollout_gpus) + ": lower it or add trainer GPUs");
+  }
+
+  const int64_t batch_size = config.get<int64_t>("rollout_batch_size");
+  const int64_t n_samples =
+      plan.source == RolloutSource::kSft ? 1 : config.get<int64_t>("n_samples_per_prompt");
+  if (plan.source == RolloutSource::kSft && config.get<int64_t>("n_samples_per_prompt") != 1) {
+    throw ConfigError(
+        "--rollout-function-path sft makes one sample per prompt (its label): "
+        "set --n-samples-per-prompt 1");
+  }
+  plan.num_rollout = rollout::num_rollouts(config, num_prompts, batch_size);
+  plan.rollout_samples = batch_size * n_samples;
+  plan.global_batch_size = config.get<int64_t>("global_batch_size") > 0
+                               ? config.get<int64_t>("global_batch_size")
+                               : plan.rollout_samples;
+  if (plan.rollout_samples % plan.global_batch_size != 0) {
+    throw ConfigError("--global-batch-size " + std::to_string(plan.global_batch_size) +
+                      " does not divide a rollout's " + std::to_string(plan.rollout_samples) +
+                      " samples (--rollout-batch-size * --n-samples-per-prompt)");
+  }
+  plan.steps_per_rollout = plan.rollout_samples / plan.global_batch_size;
+  if (plan.with_trainers && plan.global_batch_size < plan.world_size) {
+    throw ConfigError("--global-batch-size " + std::to_string(plan.global_batch_size) +
+                      " is smaller than the " + std::to_string(plan.world_size) +
+                      " trainer ranks: every rank needs a sample per step");
+  }
+
+  const algorithms::AlgorithmOptions algorithm = algorithms::AlgorithmOptions::from_config(config);
+  plan.needs_reference =
+      plan.with_trainers && (algorithm.policy_loss.use_kl_loss || algorithm.advantage.kl_coef != 0);
+  plan.use_rollout_logprobs = config.get<bool>("use_rollout_logprobs");
+  if (plan.source == RolloutSource::kSft) {
+    if (config.get<std::string>("loss_type") != "sft_loss") {
+      throw ConfigError(
+          "--rollout-function-path sft makes samples without rewards, which the "
+          "policy loss cannot learn from: add --loss-type sft_loss");
+    }
+    if (plan.use_rollout_logprobs || plan.needs_reference) {
+      throw ConfigError(
+          "--rollout-function-path sft samples were not generated: drop "
+          "--use-rollout-logprobs, --use-kl-loss and --kl-coef");
+    }
+  }
+
+  if (plan.needs_reference && !config.get<std::string>("ref_load").empty()) {
+    check_model_directory(config.get<std::string>("ref_load"), "--ref-load");
+  }
+  return plan;
+}
+
+// A Hugging Face model directory holds config.json and safetensors weights; anything else is
+// refused here rather than by the first trainer rank or engine that tries to load it.
+void check_model_directory(const std::string& dir, const std::string& flag) {
+  namespace fs = std::filesystem;
+  const std::string what_to_give =
+      ": give a Hugging Face model directory (config.json, *.safetensors, tokenizer.json); "
+      "`ooze model init` makes one, --save-hf exports one";
+  if (!fs::is_directory(dir))
+    throw ConfigError(flag + " " + dir + " is not a directory" + what_to_give);
+  if (!fs::exists(fs::path(dir) / "config.json")) {
+    throw ConfigError(flag + " " + dir + " has no config.json" + what_to_give);
+  }
+  models::load_model_config(dir);  // names what is wrong in config.json
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() == ".safetensors") return;
+  }
+  throw ConfigError(flag + " " + dir + " has no *.safetensors weights" + what_to_give);
+}
+
+const ConfigSchema& train_schema() {
+  static const ConfigSchema schema = build_schema();
+  return schema;
+}
+
+}  // namespace ooze::launcher
