@@ -1,9 +1,8 @@
 // The demo that learns, as `make demo` runs it (examples/demo/run.sh), cut to 100 GRPO rollouts
-// and run in three placements (between them: colocated and apart, 1 and 2 trainer ranks, 1 and 2
-// engines): eval/add, the share of sampled answers that are exactly the
-// sum, must rise by a stated margin from the warm start's level. The first run does the
-// supervised warm start; the others begin GRPO from its model (WARM_START). Seeds are fixed;
-// nothing here is timed.
+// and run in three placements (between them: colocated and apart, 1 and 2 trainer ranks, 1 and
+// 2 engines): eval/add, the share of sampled answers that are exactly the sum, must rise by a
+// stated margin from the warm start's level. The first run does the supervised warm start; the
+// others begin GRPO from its model (WARM_START). Seeds are fixed; nothing here is timed.
 #include <gtest/gtest.h>
 
 #include <filesystem>
