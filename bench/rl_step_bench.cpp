@@ -12,22 +12,18 @@
 // Per mode (prefix colocated_ or disaggregated_):
 //   step_time          seconds of one rollout iteration (perf/step_time)
 //   rollout, wake_up, log_probs (the old policy's), ref (the reference's), train, sync (weight
-//   update), other     seconds of each phase, baseline the step time, ratio its share of the
-//                      step. wake_up: where trainer and engines take turns on the same devices
-//                      (colocated), the engines releasing their memory and the trainer waking
-//                      (perf/wake_up_time; 0 where no such key is written). other = step - the
-//                      phases: driver work between them (advantages, batching, metrics) and, when
-//                      colocated, the trainer going back to sleep and the engines resuming;
-//                      negative where phases overlap
+//   update), sleep, other
+//                      seconds of each phase, baseline the step time, ratio its share of the
+//                      step. wake_up and sleep: colocated, trainer and engines take turns on the
+//                      same devices (perf/wake_up_time: the engines release their memory and the
+//                      trainer wakes; perf/sleep_time: the engines resume and the trainer sleeps;
+//                      0 apart). other = step - the phases: driver work between them
+//                      (advantages, batching, metrics)
 //   samples_per_s      rollout_batch_size * n_samples_per_prompt / step time
 //   trainer_idle       seconds the trainer waits for the rollout (perf/train_wait_time),
 //                      baseline the step time, ratio the share of the step the trainer idles
 // Then colocated_vs_disaggregated_samples_per_s: the colocated samples/s against the
 // disaggregated ones as baseline; ratio > 1 means colocated steps are faster on this machine.
-//
-// Where an `ooze train` does not yet write perf/step_time, the step is the sum of the phases
-// (other is then unknown: null); without perf/train_wait_time the trainer's wait is the rollout's
-// time, as in a loop that trains only after each rollout. Both fallbacks are noted on stderr.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -39,7 +35,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -139,24 +134,30 @@ std::string write_prompts(const std::string& path) {
   return path;
 }
 
-// Mean seconds per measured rollout.
+// The phases of a step and their keys in a rollout's metrics line; wake_up and sleep are
+// written only where trainer and engines take turns (colocated).
+const std::vector<std::pair<std::string, std::string>> kPhases = {
+    {"rollout", "perf/rollout_time"},     {"wake_up", "perf/wake_up_time"},
+    {"log_probs", "perf/log_probs_time"}, {"ref", "perf/ref_log_probs_time"},
+    {"train", "perf/train_time"},         {"sync", "perf/update_weights_time"},
+    {"sleep", "perf/sleep_time"}};
+
+// Mean seconds per measured rollout: the step, each phase, and the trainer's wait.
 struct StepSplit {
-  double step = 0, rollout = 0, wake_up = 0, log_probs = 0, ref = 0, train = 0, sync = 0;
-  double train_wait = 0;
-  bool step_measured = true;        // perf/step_time was there
-  bool train_wait_measured = true;  // perf/train_wait_time was there
-  // Unknown (NaN, printed as null) when the step is only the phases' sum.
+  double step = 0, train_wait = 0;
+  std::map<std::string, double> phases;
   double other() const {
-    return step_measured ? step - (rollout + wake_up + log_probs + ref + train + sync)
-                         : std::numeric_limits<double>::quiet_NaN();
+    double rest = step;
+    for (const auto& [name, seconds] : phases) rest -= seconds;
+    return rest;
   }
 };
 
-double number(const json& line, const char* key) {
+double number(const json& line, const std::string& key) {
   const auto found = line.find(key);
   if (found == line.end() || !found->is_number()) {
-    throw BenchFailure(std::string("bench_rl_step_bench: a rollout's metrics line lacks ") + key +
-                       ": " + line.dump());
+    throw BenchFailure("bench_rl_step_bench: a rollout's metrics line lacks " + key + ": " +
+                       line.dump());
   }
   return found->get<double>();
 }
@@ -180,33 +181,13 @@ StepSplit read_split(const std::string& metrics_path) {
   }
   StepSplit split;
   for (const json& line : rollouts) {
-    StepSplit one;
-    one.rollout = number(line, "perf/rollout_time");
-    if (line.contains("perf/wake_up_time")) one.wake_up = number(line, "perf/wake_up_time");
-    one.log_probs = number(line, "perf/log_probs_time");
-    one.ref = number(line, "perf/ref_log_probs_time");
-    one.train = number(line, "perf/train_time");
-    one.sync = number(line, "perf/update_weights_time");
-    if (line.contains("perf/step_time")) {
-      one.step = number(line, "perf/step_time");
-    } else {
-      split.step_measured = false;
-      one.step = one.rollout + one.wake_up + one.log_probs + one.ref + one.train + one.sync;
+    split.step += number(line, "perf/step_time") / kMeasuredRollouts;
+    split.train_wait += number(line, "perf/train_wait_time") / kMeasuredRollouts;
+    for (const auto& [name, key] : kPhases) {
+      const bool optional = name == "wake_up" || name == "sleep";
+      if (optional && !line.contains(key)) continue;
+      split.phases[name] += number(line, key) / kMeasuredRollouts;
     }
-    if (line.contains("perf/train_wait_time")) {
-      one.train_wait = number(line, "perf/train_wait_time");
-    } else {
-      split.train_wait_measured = false;
-      one.train_wait = one.rollout;
-    }
-    split.step += one.step / kMeasuredRollouts;
-    split.rollout += one.rollout / kMeasuredRollouts;
-    split.wake_up += one.wake_up / kMeasuredRollouts;
-    split.log_probs += one.log_probs / kMeasuredRollouts;
-    split.ref += one.ref / kMeasuredRollouts;
-    split.train += one.train / kMeasuredRollouts;
-    split.sync += one.sync / kMeasuredRollouts;
-    split.train_wait += one.train_wait / kMeasuredRollouts;
   }
   return split;
 }
@@ -257,22 +238,13 @@ double samples_per_second(const StepSplit& split) {
 }
 
 void print_mode(const std::string& bench, const std::string& mode, const StepSplit& split) {
-  if (!split.step_measured) {
-    std::cerr << mode << ": no perf/step_time in metrics.jsonl; the step is the sum of the phases"
-              << std::endl;
-  }
-  if (!split.train_wait_measured) {
-    std::cerr << mode << ": no perf/train_wait_time in metrics.jsonl; the trainer's wait is the "
-              << "rollout's time" << std::endl;
-  }
   print_line(bench, mode + "_step_time", split.step, "s", std::nullopt, std::nullopt);
-  const std::vector<std::pair<std::string, double>> phases = {
-      {"rollout", split.rollout}, {"wake_up", split.wake_up}, {"log_probs", split.log_probs},
-      {"ref", split.ref},         {"train", split.train},     {"sync", split.sync},
-      {"other", split.other()}};
-  for (const auto& [name, seconds] : phases) {
+  for (const auto& [name, key] : kPhases) {
+    auto found = split.phases.find(name);
+    const double seconds = found == split.phases.end() ? 0.0 : found->second;
     print_line(bench, mode + "_" + name, seconds, "s", split.step, seconds / split.step);
   }
+  print_line(bench, mode + "_other", split.other(), "s", split.step, split.other() / split.step);
   print_line(bench, mode + "_samples_per_s", samples_per_second(split), "samples/s", std::nullopt,
              std::nullopt);
   print_line(bench, mode + "_trainer_idle", split.train_wait, "s", split.step,

@@ -194,9 +194,16 @@ void RlLoop::run_rollout(int64_t rollout_id) {
     score(batch, line);
     train(rollout_id, batch, line);
     if (plan_.with_engines()) {
+      // Both resident for the sync; then the trainer leaves the GPU to the engines.
+      start = Clock::now();
       if (takes_turns()) engines_resume_memory();
+      double sleep_time = seconds_since(start);
       sync(rollout_id + 1, line);
-      if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::sleep));
+      if (takes_turns()) {
+        start = Clock::now();
+        actors::get_all(job_.trainers.call_all(&TrainActor::sleep));
+        line["perf/sleep_time"] = sleep_time + seconds_since(start);
+      }
     }
   }
   const std::string save_dir = config_.get<std::string>("save");
