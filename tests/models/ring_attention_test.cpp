@@ -180,6 +180,40 @@ void compare_with_packed_attention(const std::shared_ptr<comm::Communicator>& gr
               k_full.grad().abs().max().item<double>(), v_full.grad().abs().max().item<double>());
 }
 
+// Two attentions in one graph (the second's queries are the first's outputs, as layers stack):
+// both rings run in forward, then both backward rings in reverse order, and the gradients of
+// every input still match the reference.
+void compare_two_layers(const std::shared_ptr<comm::Communicator>& group, const Check& check,
+                        ContextParallelImpl impl) {
+  const std::vector<int64_t> offsets = offsets_of({5, 1, 2 * group->size() + 3, 30});
+  const int64_t tokens = offsets.back();
+  at::manual_seed(99);
+  std::vector<at::Tensor> full;
+  for (int i = 0; i < 5; ++i) full.push_back(at::randn({tokens, 2, 8}).requires_grad_(true));
+  const at::Tensor dout_full = at::randn({tokens, 2, 8}) * 0.125;
+  const double scale = 0.3;
+  packed_causal_attention(packed_causal_attention(full[0], full[1], full[2], offsets, scale),
+                          full[3], full[4], offsets, scale)
+      .backward(dout_full);
+
+  const ContextParallelSplit split =
+      split_for_context_parallel(offsets, group->size(), group->rank());
+  std::vector<at::Tensor> local;
+  for (const at::Tensor& t : full) local.push_back(split.shard(t.detach()).requires_grad_(true));
+  context_parallel_attention(
+      context_parallel_attention(local[0], local[1], local[2], split, group, scale, impl), local[3],
+      local[4], split, group, scale, impl)
+      .backward(split.shard(dout_full));
+  const at::Tensor real = split.padding_mask.logical_not();
+  for (size_t i = 0; i < full.size(); ++i) {
+    const double diff =
+        max_abs_diff(local[i].grad().index({real}), split.shard(full[i].grad()).index({real}));
+    check(diff <= kTolerance, std::string(context_parallel_impl_name(impl)) +
+                                  ": two layers, gradient of input " + std::to_string(i) +
+                                  " differs by " + std::to_string(diff));
+  }
+}
+
 std::vector<Case> cases_for(int64_t cp_size) {
   const int64_t two_c = 2 * cp_size;
   // Lengths 1, below 2C, exactly 2C, empty, odd and long; GQA (4 query heads over 2 kv heads)
@@ -209,6 +243,14 @@ TEST_P(ContextParallelAttentionTest, AllGatherMatchesPackedAttentionInOutputsAnd
               for (const Case& c : cases_for(world)) {
                 compare_with_packed_attention(group, check, c, ContextParallelImpl::kAllGather);
               }
+            });
+}
+
+TEST_P(ContextParallelAttentionTest, StackedAttentionsKeepTheirRingsApart) {
+  run_group("stacked", GetParam(),
+            [](std::shared_ptr<comm::Communicator> group, const Check& check) {
+              compare_two_layers(group, check, ContextParallelImpl::kRing);
+              compare_two_layers(group, check, ContextParallelImpl::kAllGather);
             });
 }
 
