@@ -626,7 +626,7 @@ class GlooCommunicator final : public Communicator {
   void ring_reduce_scatter(const at::Tensor& output, const at::Tensor& input,
                            const std::vector<int64_t>& counts, ReduceKernel kernel, uint32_t tag) {
     if (size_ == 1) {
-      output.copy_(input.view({-1}));
+      output.copy_(input.reshape(output.sizes()));  // any output shape of the same size
       return;
     }
     const size_t element = static_cast<size_t>(input.element_size());

@@ -347,5 +347,28 @@ TEST(GlooFailures, ReceiverKilledMidBroadcastIsNamedByTheRoot) {
   }
 }
 
+// reduce_scatter fills an output of any shape with its rank's share, a group of one included
+// (which copies instead of running the ring).
+class GlooReduceScatterShape : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooReduceScatterShape, ATwoDimensionalOutputGetsItsRanksReducedShare) {
+  auto results = run_forked_group(
+      "reduce_scatter_shape", GetParam(), milliseconds(30000), milliseconds(60000),
+      [](comm::Communicator& group, const std::function<void(bool, const std::string&)>& check) {
+        const int W = group.size(), R = group.rank();
+        // Rank q contributes q + i at flat index i; rank r's share is indices [6r, 6r + 6).
+        at::Tensor input = at::arange(6 * W, at::kFloat) + R;
+        at::Tensor output = at::empty({2, 3}, at::kFloat);
+        group.reduce_scatter(output, input, comm::ReduceOp::SUM);
+        at::Tensor want =
+            (at::arange(6 * R, 6 * R + 6, at::kFloat) * W + W * (W - 1) / 2.0).view({2, 3});
+        check(output.equal(want), "rank " + std::to_string(R) + " of " + std::to_string(W) +
+                                      " got a wrong share of the reduce_scatter");
+      });
+  expect_all_passed(results);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GlooReduceScatterShape, ::testing::Values(1, 2));
+
 }  // namespace
 }  // namespace ooze
