@@ -231,6 +231,44 @@ TEST(TrainCommandTest, AResumedRunContinuesWhereTheCheckpointLeftOff) {
   }
 }
 
+// Supervised fine-tuning through the same loop: the sft rollout makes each label the response
+// (no engine starts), the SFT loss trains on it, and a resumed run continues at the prompt
+// position and loss of the uninterrupted one.
+TEST(TrainCommandTest, TheSftRolloutTrainsOnLabelsAndResumesAtItsPromptPosition) {
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
+  const std::string dir = ::ooze::testing::make_temp_dir("train-command-sft");
+  const std::vector<std::string> sft = {
+      "--rollout-function-path", "sft", "--loss-type",         "sft_loss", "--debug-train-only",
+      "--n-samples-per-prompt",  "1",   "--global-batch-size", "2",        "--rollout-shuffle"};
+  auto with = [&](std::vector<std::string> flags) {
+    flags.insert(flags.begin(), sft.begin(), sft.end());
+    return flags;
+  };
+  const TrainRun full = train(
+      "sft-full", with({"--save", dir + "/ckpt", "--save-interval", "1",
+                        "--save-debug-rollout-data", dir + "/full/rollout_{rollout_id}.jsonl"}));
+  EXPECT_EQ(full.output.find("RolloutEngine"), std::string::npos) << "an engine started";
+  ASSERT_EQ(full.steps.size(), 3u);
+  for (int rollout_id : {0, 1, 2}) {
+    const std::string path = dir + "/full/rollout_" + std::to_string(rollout_id) + ".jsonl";
+    EXPECT_EQ(field_of(path, "response"), field_of(path, "label"));
+  }
+  const TrainRun resumed = train(
+      "sft-resumed", with({"--load", dir + "/ckpt", "--ckpt-step", "1", "--save-debug-rollout-data",
+                           dir + "/resumed/rollout_{rollout_id}.jsonl"}));
+  ASSERT_EQ(resumed.steps.size(), 2u);
+  for (int rollout_id : {1, 2}) {
+    const std::string name = "/rollout_" + std::to_string(rollout_id) + ".jsonl";
+    EXPECT_EQ(field_of(dir + "/resumed" + name, "prompt"), field_of(dir + "/full" + name, "prompt"))
+        << "rollout " << rollout_id << " drew other prompts";
+  }
+  for (size_t i = 0; i < resumed.steps.size(); ++i) {
+    EXPECT_NEAR(resumed.steps[i]["train/loss"].get<double>(),
+                full.steps[i + 1]["train/loss"].get<double>(), 1e-5)
+        << "step " << i + 2;
+  }
+}
+
 TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
   if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
