@@ -63,7 +63,7 @@ void ActorTable::kill(const std::string& from, uint64_t id, const KillRequest& r
   ActorRecord& record = actor->second;
   if (!request.allow_restart) record.killed = true;
   if (record.info.state == ActorState::kPending) {
-    mark_dead(record, "killed by ooze::actors::kill() before it started");
+    mark_dead(record, std::string(kKilledOnRequest) + " before it started");
   } else if (record.info.state != ActorState::kDead) {
     kill_worker(record, "kill");
   }
@@ -107,7 +107,7 @@ void ActorTable::worker_exited(const WorkerEvent& exited) {
   ActorRecord& actor = found->second;
   if (actor.info.state == ActorState::kDead) return;
   if (actor.info.pid != 0 && exited.pid != 0 && actor.info.pid != exited.pid) return;  // stale
-  std::string reason = actor.killed ? "killed by ooze::actors::kill()" : exited.reason;
+  std::string reason = actor.killed ? kKilledOnRequest : exited.reason;
   if (!actor.killed && actor.info.restarts < actor.spec.max_restarts) {
     actor.info.restarts += 1;
     actor.info.state = ActorState::kRestarting;

@@ -15,7 +15,9 @@ namespace ooze::actors {
 
 void CallState::rethrow() const {
   if (error.type == "RemoteError") throw RemoteError(actor, error.exception, error.message);
-  if (error.type == "ActorDiedError") throw ActorDiedError(actor, error.message);
+  if (error.type == "ActorDiedError") {
+    throw ActorDiedError(actor, error.message, actor_id, actor_pid);
+  }
   if (error.type == "PlacementError") throw PlacementError(error.message);
   if (error.type == "Timeout") throw GetTimeoutError(error.message);
   if (error.type == "WireFormatError") throw WireFormatError(error.message);
@@ -80,8 +82,9 @@ class Client::Loop {
     }
     ActorConnection& actor = found->second;
     call.state->actor = actor.info.label;
+    call.state->actor_id = actor_id;
     if (actor.info.state == ActorState::kDead) {
-      fail(*call.state, "ActorDiedError", actor.info.death_reason);
+      fail_died(*call.state, actor.info, actor.info.death_reason);
     } else if (actor.info.state == ActorState::kAlive && actor.socket && actor.waiting.empty()) {
       send_call(actor, std::move(call));
     } else {
@@ -166,12 +169,12 @@ class Client::Loop {
     if (info.state == ActorState::kRestarting || info.state == ActorState::kDead) {
       // The instance that had the calls in flight is gone (at-most-once: they are not retried).
       std::string reason = info.death_reason.empty() ? "its process ended" : info.death_reason;
-      for (auto& [id, state] : actor.in_flight) fail(*state, "ActorDiedError", reason);
+      for (auto& [id, state] : actor.in_flight) fail_died(*state, info, reason);
       actor.in_flight.clear();
       actor.socket.reset();
       actor.connected_endpoint.clear();
       if (info.state == ActorState::kDead) {
-        for (PendingCall& call : actor.waiting) fail(*call.state, "ActorDiedError", reason);
+        for (PendingCall& call : actor.waiting) fail_died(*call.state, info, reason);
         actor.waiting.clear();
       }
     }
@@ -184,9 +187,17 @@ class Client::Loop {
     actor.waiting.clear();
   }
 
-  void fail(CallState& state, const std::string& type, const std::string& message) {
+  // The call's actor died: the error names the process that did (`info` is the death's news,
+  // with the pid of the instance that had the call).
+  void fail_died(CallState& state, const ActorInfo& info, const std::string& reason) {
+    fail(state, "ActorDiedError", reason, info.pid);
+  }
+
+  void fail(CallState& state, const std::string& type, const std::string& message,
+            int32_t actor_pid = 0) {
     {
       std::lock_guard<std::mutex> lock(completion_->mutex);
+      state.actor_pid = actor_pid;
       state.ok = false;
       state.error = ErrorReply{type, message, ""};
       state.finished = true;
@@ -383,6 +394,13 @@ ActorInfo Client::actor_info(const std::string& actor_id) {
   auto found = loop_->infos.find(actor_id);
   if (found == loop_->infos.end()) throw RuntimeError("actor " + actor_id + " is not tracked");
   return found->second;
+}
+
+std::vector<ActorInfo> Client::tracked_actors() {
+  std::lock_guard<std::mutex> lock(completion_->mutex);
+  std::vector<ActorInfo> infos;
+  for (const auto& [actor_id, info] : loop_->infos) infos.push_back(info);
+  return infos;
 }
 
 bool Client::wait_alive(const std::string& actor_id, std::chrono::milliseconds timeout) {

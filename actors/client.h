@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "actors/actor_class.h"
 #include "actors/errors.h"
@@ -37,6 +38,8 @@ struct CallState {
   Payload result;                 // ok
   ErrorReply error;               // !ok
   std::string actor;              // the actor's label, for error messages
+  std::string actor_id;           // and its id
+  int32_t actor_pid = 0;          // the process that died, for ActorDiedError
   std::shared_ptr<void> decoded;  // the result, once a Future decoded it
   // Throws the error a failed call carries (RemoteError, ActorDiedError, RuntimeError, ...).
   [[noreturn]] void rethrow() const;
@@ -72,6 +75,8 @@ class Client {
   void track(const ActorInfo& info);
   // The newest state known of a tracked actor.
   ActorInfo actor_info(const std::string& actor_id);
+  // The newest states known of every tracked actor.
+  std::vector<ActorInfo> tracked_actors();
   // Waits until the actor is alive (returns true) or dead (false), or `timeout` passes (throws
   // GetTimeoutError).
   bool wait_alive(const std::string& actor_id, std::chrono::milliseconds timeout);

@@ -25,16 +25,32 @@ class RemoteError : public Error {
 
 // The actor's process is gone (exit, crash, kill, node death) or its constructor failed. A
 // call that was pending when it died, or made after, fails with this; at-most-once means such
-// a call may or may not have run.
+// a call may or may not have run. The message names the actor by label, id and pid (when
+// known), so that a user can find its log and tell which of several like it died:
+// "RolloutEngine (actor 2a53..., pid 2123) died: killed by signal 9 (SIGKILL)".
 class ActorDiedError : public Error {
  public:
-  ActorDiedError(std::string actor, std::string reason)
-      : Error(actor + " died: " + reason), actor_(std::move(actor)), reason_(std::move(reason)) {}
-  const std::string& actor() const { return actor_; }
+  ActorDiedError(std::string actor, std::string reason, std::string actor_id = "", int pid = 0)
+      : Error(describe(actor, actor_id, pid) + " died: " + reason),
+        actor_(std::move(actor)),
+        reason_(std::move(reason)),
+        actor_id_(std::move(actor_id)),
+        pid_(pid) {}
+  const std::string& actor() const { return actor_; }  // the label, e.g. "TrainActor rank=1"
   const std::string& reason() const { return reason_; }
+  const std::string& actor_id() const { return actor_id_; }  // empty: unknown
+  int pid() const { return pid_; }                           // 0: it never had a process
 
  private:
-  std::string actor_, reason_;
+  static std::string describe(const std::string& actor, const std::string& actor_id, int pid) {
+    if (actor_id.empty() && pid == 0) return actor;
+    std::string known = actor_id.empty() ? "" : "actor " + actor_id;
+    if (pid != 0) known += (known.empty() ? "" : ", ") + std::string("pid ") + std::to_string(pid);
+    return actor + " (" + known + ")";
+  }
+
+  std::string actor_, reason_, actor_id_;
+  int pid_ = 0;
 };
 
 // Future::get(timeout) or a wait ran out of time; the call itself goes on.

@@ -54,6 +54,14 @@ std::string describe_exit(int status) {
   return "ended with status " + std::to_string(status);
 }
 
+// A worker leads a process group of its own: the processes it started (a tool, a server) are
+// in it and go with it, rather than outliving the actor. The pid itself is killed too, in case
+// the worker left its group.
+void kill_worker_processes(pid_t pid) {
+  ::kill(-pid, SIGKILL);
+  ::kill(pid, SIGKILL);
+}
+
 std::string sanitize(const std::string& text) {
   std::string out;
   for (char c : text) out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' ? c : '_';
@@ -164,7 +172,7 @@ class NodeAgent::Loop {
         auto worker = workers_.find(kill.actor_id);
         if (worker != workers_.end()) {
           worker->second.kill_requested = true;
-          ::kill(worker->second.pid, SIGKILL);
+          kill_worker_processes(worker->second.pid);
         }
       }
     } catch (const std::exception& error) {
@@ -239,6 +247,9 @@ class NodeAgent::Loop {
       (void)ignored;
       _exit(127);
     }
+    // The child's group is made on both sides of the fork, so that it exists whichever runs
+    // first (a kill of the group right after this must reach the child).
+    if (pid > 0) setpgid(pid, pid);
     close(out_pipe[1]);
     close(err_pipe[1]);
     fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
@@ -297,20 +308,24 @@ class NodeAgent::Loop {
   void reap() {
     for (auto it = workers_.begin(); it != workers_.end();) {
       Worker& worker = it->second;
-      int status = 0;
-      pid_t done = waitpid(worker.pid, &status, WNOHANG);
-      if (done != worker.pid) {
+      siginfo_t exited{};
+      if (waitid(P_PID, worker.pid, &exited, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+          exited.si_pid != worker.pid) {
         ++it;
         continue;
       }
+      // Not yet reaped, the worker still holds its pid and its group's id: what it started dies
+      // now, before either number can be reused.
+      ::kill(-worker.pid, SIGKILL);
+      int status = 0;
+      waitpid(worker.pid, &status, 0);
       // Take what is left in the pipes so the last lines (the reason, often) are not lost.
       // (A grandchild may still hold them open: read what is there, do not wait.)
       while (read_output(worker, false)) {
       }
       while (read_output(worker, true)) {
       }
-      std::string reason =
-          worker.kill_requested ? "killed by ooze::actors::kill()" : describe_exit(status);
+      std::string reason = worker.kill_requested ? kKilledOnRequest : describe_exit(status);
       if (!worker.kill_requested && !worker.last_err_line.empty()) {
         reason += "; last stderr line: " + worker.last_err_line;
       }
@@ -326,7 +341,7 @@ class NodeAgent::Loop {
   }
 
   void kill_all() {
-    for (auto& [actor_id, worker] : workers_) ::kill(worker.pid, SIGKILL);
+    for (auto& [actor_id, worker] : workers_) kill_worker_processes(worker.pid);
     for (auto& [actor_id, worker] : workers_) {
       int status = 0;
       waitpid(worker.pid, &status, 0);

@@ -5,7 +5,9 @@
 // the workers and reports every exit (code or signal) to the head, which decides restarts.
 //
 // Workers die with their node agent (PR_SET_PDEATHSIG), and the agent stops them all when the
-// head has been silent for head_timeout: a lost head leaves no orphans.
+// head has been silent for head_timeout: a lost head leaves no orphans. Each worker leads a
+// process group, which the agent kills when it kills or reaps the worker, so that what a worker
+// started goes with it.
 #pragma once
 
 #include <atomic>

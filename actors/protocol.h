@@ -98,6 +98,10 @@ struct ActorSpec {
 enum class ActorState : uint8_t { kPending = 0, kStarting, kAlive, kRestarting, kDead };
 const char* actor_state_name(ActorState state);
 
+// How the death reason of an actor stopped by ooze::actors::kill() begins: a death its owner
+// asked for, which drivers do not report as a failure.
+inline constexpr char kKilledOnRequest[] = "killed by ooze::actors::kill()";
+
 struct ActorInfo {
   std::string actor_id;
   std::string name;

@@ -38,6 +38,8 @@ struct ProcessRuntime {
 
 std::mutex runtime_mutex;
 std::unique_ptr<ProcessRuntime> runtime;
+// One shutdown at a time: a stop signal's thread may race the main thread's own shutdown.
+std::mutex shutdown_mutex;
 
 ProcessRuntime& current() {
   if (!runtime) {
@@ -115,6 +117,8 @@ void init(RuntimeOptions options) {
     security = Security::from_token(token);
     head_endpoint = "tcp://" + options.address;
   }
+  OOZE_LOG(INFO) << "actor runtime session " << state->session_dir << " (every worker's log in "
+                 << state->session_dir << "/logs)";
   state->head_endpoint = head_endpoint;
   state->client = std::make_unique<Client>(head_endpoint, security, /*is_driver=*/true, "",
                                            options.connect_timeout);
@@ -140,26 +144,64 @@ void init(RuntimeOptions options) {
   runtime = std::move(state);
 }
 
-void shutdown() {
-  std::unique_ptr<ProcessRuntime> state;
-  {
-    std::lock_guard<std::mutex> lock(runtime_mutex);
-    state = std::move(runtime);
-  }
-  if (!state) return;
-  if (state->is_driver) {
+namespace {
+
+std::unique_ptr<ProcessRuntime> take_runtime() {
+  std::lock_guard<std::mutex> lock(runtime_mutex);
+  return std::move(runtime);
+}
+
+// What every shutdown does to the cluster: the driver's actors released at the head, the
+// embedded node's workers killed and reaped, this process's shared memory removed.
+void release_cluster_resources(ProcessRuntime& state) {
+  if (state.is_driver) {
     try {
-      state->client->request_head(method::kShutdown, "", std::chrono::seconds(5));
+      state.client->request_head(method::kShutdown, "", std::chrono::seconds(5));
     } catch (const Error& error) {
       OOZE_LOG(WARN) << "could not release this driver's actors: " << error.what();
     }
   }
-  state->node.reset();  // kills every worker it still has and waits for them
+  state.node.reset();  // kills every worker it still has and waits for them
   remove_shared_segments_of(getpid());
   std::error_code ignored;  // the logs stay (as Ray's sessions do); the sockets are dead
-  if (state->is_driver) std::filesystem::remove_all(state->session_dir + "/sockets", ignored);
+  if (state.is_driver) std::filesystem::remove_all(state.session_dir + "/sockets", ignored);
+}
+
+}  // namespace
+
+void shutdown() {
+  std::lock_guard<std::mutex> one_at_a_time(shutdown_mutex);
+  std::unique_ptr<ProcessRuntime> state = take_runtime();
+  if (!state) return;
+  release_cluster_resources(*state);
   state->client.reset();
   state->head.reset();
+}
+
+void shutdown_before_exit() {
+  std::lock_guard<std::mutex> one_at_a_time(shutdown_mutex);
+  std::unique_ptr<ProcessRuntime> state = take_runtime();
+  if (!state) return;
+  release_cluster_resources(*state);
+  state.release();  // on purpose: other threads may still hold the client; the process ends
+}
+
+std::vector<ActorInfo> dead_actors(std::chrono::milliseconds settle) {
+  const auto deadline = std::chrono::steady_clock::now() + settle;
+  for (;;) {
+    std::vector<ActorInfo> dead;
+    {
+      std::lock_guard<std::mutex> lock(runtime_mutex);
+      if (!runtime || !runtime->client) return dead;
+      for (ActorInfo& info : runtime->client->tracked_actors()) {
+        if (info.state == ActorState::kDead && info.death_reason.rfind(kKilledOnRequest, 0) != 0) {
+          dead.push_back(std::move(info));
+        }
+      }
+    }
+    if (!dead.empty() || std::chrono::steady_clock::now() >= deadline) return dead;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 bool is_initialized() {

@@ -46,7 +46,21 @@ struct RuntimeOptions {
 void init(RuntimeOptions options = {});
 // Kills this driver's actors and placement groups and stops an embedded head and node.
 void shutdown();
+// For a process that ends right after, from any thread, while others may still be inside the
+// runtime (the thread that took a Ctrl-C): does what shutdown() does to the cluster (this
+// driver's actors released, the embedded node's workers killed and reaped) but leaves the
+// runtime's objects allocated, so that a thread still in a call or a wait is not left with freed
+// memory. A shutdown already under way on another thread is waited for.
+void shutdown_before_exit();
 bool is_initialized();
+
+// The actors this process tracks (it spawned them, or was handed them) that are dead for a
+// reason other than kill(): their process exited, crashed or was killed, their constructor
+// threw, their node was lost. When a run fails, a death is usually the cause and the first error
+// only its echo (a peer's broken collective, a refused connection), and the news of the death
+// may still be on its way: with none known yet, this waits up to `settle` for one. Empty when
+// the runtime is not started.
+std::vector<ActorInfo> dead_actors(std::chrono::milliseconds settle = std::chrono::milliseconds(0));
 
 // When this process was started by a node agent to host an actor, constructs it and serves its
 // calls until the process is killed; never returns then. Otherwise returns at once.
@@ -198,7 +212,8 @@ ActorInfo ActorHandle<T>::info() const {
 template <class T>
 void ActorHandle<T>::wait_ready(std::chrono::milliseconds timeout) const {
   if (!detail::client().wait_alive(info_.actor_id, timeout)) {
-    throw ActorDiedError(info_.label, info().death_reason);
+    const ActorInfo dead = info();
+    throw ActorDiedError(dead.label, dead.death_reason, dead.actor_id, dead.pid);
   }
 }
 

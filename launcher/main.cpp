@@ -1,8 +1,12 @@
 // The `ooze` command line.
+#include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/runtime.h"
@@ -81,6 +85,55 @@ int config_help(const std::vector<std::string>& args) {
   return 2;
 }
 
+// Ctrl-C (SIGINT) and SIGTERM stop a command that starts actors as a whole: one thread waits for
+// either (blocked here, before any thread starts, so that no other thread takes them; workers
+// unblock them), stops the actor runtime (workers killed and reaped, a cluster's head told to
+// release this driver's actors) and exits with 128 + the signal, as a shell reports a process
+// the signal ended. It exits from that thread instead of unwinding the command, which may be
+// blocked in a call nothing will answer any more; what a run keeps is on disk already (a
+// checkpoint counts only once its tracker names it, so one cut short leaves the previous one).
+void stop_on_signals(const std::string& command) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  // A SIGINT ignored from the start (a script's background job) stays ignored, as the shell
+  // meant; the workers do not see Ctrl-C either way (each leads a process group of its own).
+  struct sigaction sigint {};
+  if (sigaction(SIGINT, nullptr, &sigint) == 0 && sigint.sa_handler != SIG_IGN) {
+    sigaddset(&signals, SIGINT);
+  }
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread([signals, command] {
+    int signal = 0;
+    if (sigwait(&signals, &signal) != 0) return;
+    std::fprintf(stderr, "ooze %s: interrupted: stopping its actors (%s)\n", command.c_str(),
+                 signal == SIGINT ? "SIGINT" : "SIGTERM");
+    ooze::actors::shutdown_before_exit();
+    std::fprintf(stderr, "ooze %s: stopped\n", command.c_str());
+    std::fflush(nullptr);
+    _exit(128 + signal);
+  }).detach();
+}
+
+// A command that failed: its error, then the actors that died (the likely cause when the error is
+// only an echo of the death: a peer's broken collective, an engine's refused connection), then
+// the runtime's shutdown, so that no worker outlives the driver. A command leaves its runtime
+// running when it throws: shut down, the runtime would no longer know of the deaths.
+int fail(const std::string& command, const std::string& message) {
+  std::cerr << "ooze " << command << ": " << message << std::endl;
+  const auto deaths = ooze::actors::dead_actors(std::chrono::milliseconds(500));
+  for (const ooze::actors::ActorInfo& dead : deaths) {
+    if (message.find(dead.actor_id) != std::string::npos) continue;  // the error names it
+    std::cerr << "ooze " << command << ": "
+              << ooze::actors::ActorDiedError(dead.label, dead.death_reason, dead.actor_id,
+                                              dead.pid)
+                     .what()
+              << std::endl;
+  }
+  ooze::actors::shutdown();
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,6 +147,7 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (command == "train" || command == "sft-demo") stop_on_signals(command);
   try {
     if (command == "demo") return ooze::launcher::run_foundation_demo(self_executable(), rest);
     if (command == "demo-rank") return ooze::launcher::run_foundation_demo_rank(rest);
@@ -110,9 +164,10 @@ int main(int argc, char** argv) {
     if (command == "status") return ooze::launcher::run_status_command(rest);
     if (command == "stop") return ooze::launcher::run_stop_command(rest);
     if (command == "config-help") return config_help(rest);
-  } catch (const ooze::Error& e) {
-    std::cerr << "ooze " << command << ": " << e.what() << "\n";
-    return 1;
+  } catch (const std::exception& e) {
+    return fail(command, e.what());
+  } catch (...) {
+    return fail(command, "failed with an exception that is not a std::exception");
   }
   std::cerr << "ooze: unknown command '" << command << "'\n\n" << kUsage;
   return 2;

@@ -1,0 +1,343 @@
+// `ooze train` stopped from outside while it runs, as users and crashes stop it: Ctrl-C (SIGINT)
+// to the driver, and kill -9 of an engine's or a trainer rank's worker. Each time the driver
+// exits within a bound with what a shell expects (130 after SIGINT; 1 with the dead actor named
+// by class, id and pid and the signal that killed it), no process of the job is left, and the
+// checkpoint the tracker names is whole: every file its metadata lists has the recorded size and
+// CRC-32, and the interrupted run resumes from it.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/checksum.h"
+#include "tests/rollout/tiny_model.h"
+#include "tests/support/process.h"
+
+namespace ooze::launcher {
+namespace {
+
+using ::ooze::testing::ooze_binary;
+using ::ooze::testing::Process;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+constexpr auto kExitBound = 30s;  // from the signal or the kill to the driver's exit
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return condition();
+}
+
+// /proc/PID/stat's fields after the command name: state first, then the parent's pid.
+std::vector<std::string> stat_fields(int pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  std::vector<std::string> fields;
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return fields;
+  std::istringstream in(stat.substr(close + 1));
+  for (std::string field; in >> field;) fields.push_back(field);
+  return fields;
+}
+
+// The value of `name` in process `pid`'s environment ("" when unset or unreadable).
+std::string environment_value(int pid, const std::string& name) {
+  const std::string environ = read_file("/proc/" + std::to_string(pid) + "/environ");
+  const std::string prefix = name + "=";
+  for (size_t start = 0; start < environ.size();) {
+    size_t end = environ.find('\0', start);
+    if (end == std::string::npos) end = environ.size();
+    if (environ.compare(start, prefix.size(), prefix) == 0) {
+      return environ.substr(start + prefix.size(), end - start - prefix.size());
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
+std::vector<int> all_pids() {
+  std::vector<int> pids;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos) {
+      pids.push_back(std::stoi(name));
+    }
+  }
+  return pids;
+}
+
+// Every running process (a zombie has ended) that the node started for the session: whatever
+// the job leaves behind, wherever it was reparented, is found here.
+std::vector<int> processes_of_session(const std::string& session) {
+  std::vector<int> found;
+  for (int pid : all_pids()) {
+    const std::vector<std::string> fields = stat_fields(pid);
+    if (fields.empty() || fields[0] == "Z") continue;
+    if (environment_value(pid, "OOZE_SESSION_DIR") == session) found.push_back(pid);
+  }
+  return found;
+}
+
+// The session directory of the driver `driver`, from the environment of its workers.
+std::string session_of(int driver) {
+  for (int pid : all_pids()) {
+    const std::vector<std::string> fields = stat_fields(pid);
+    if (fields.size() < 2 || fields[1] != std::to_string(driver)) continue;
+    const std::string session = environment_value(pid, "OOZE_SESSION_DIR");
+    if (!session.empty()) return session;
+  }
+  return "";
+}
+
+// A worker as its log's name SESSION/logs/<label>-<actor id>-<pid>.err tells it.
+struct Worker {
+  std::string label;  // with '_' for spaces and '=': "TrainActor_rank_1"
+  std::string actor_id;
+  int pid = 0;
+};
+
+std::vector<Worker> workers_of(const std::string& session) {
+  std::vector<Worker> workers;
+  for (const auto& entry : fs::directory_iterator(session + "/logs")) {
+    if (entry.path().extension() != ".err") continue;
+    const std::string name = entry.path().stem().string();
+    const size_t pid_dash = name.rfind('-');
+    const size_t id_dash = name.rfind('-', pid_dash - 1);
+    if (pid_dash == std::string::npos || id_dash == std::string::npos) continue;
+    workers.push_back(Worker{name.substr(0, id_dash),
+                             name.substr(id_dash + 1, pid_dash - id_dash - 1),
+                             std::stoi(name.substr(pid_dash + 1))});
+  }
+  return workers;
+}
+
+Worker worker_labelled(const std::string& session, const std::string& label) {
+  for (const Worker& worker : workers_of(session)) {
+    if (worker.label == label) return worker;
+  }
+  ADD_FAILURE() << "no worker " << label << " in " << session << "/logs";
+  return Worker{};
+}
+
+std::string write_prompts(const std::string& path) {
+  std::ofstream out(path);
+  for (int i = 0; i < 8; ++i) {
+    out << json{{"input", std::to_string(i) + "+" + std::to_string(i) + "="},
+                {"label", std::to_string(2 * i)}}
+               .dump()
+        << "\n";
+  }
+  return path;
+}
+
+// Two trainer ranks and one engine on the tiny model, a checkpoint after every rollout, and far
+// more rollouts than the test lets it run.
+std::vector<std::string> train_command(const std::string& dir,
+                                       const std::vector<std::string>& flags = {}) {
+  std::vector<std::string> command = {ooze_binary(),
+                                      "train",
+                                      "--hf-checkpoint",
+                                      rollout::testing::tiny_model_dir(),
+                                      "--prompt-data",
+                                      write_prompts(dir + "/train.jsonl"),
+                                      "--label-key",
+                                      "label",
+                                      "--rm-type",
+                                      "random",
+                                      "--rollout-batch-size",
+                                      "2",
+                                      "--n-samples-per-prompt",
+                                      "2",
+                                      "--rollout-max-response-len",
+                                      "4",
+                                      "--global-batch-size",
+                                      "4",
+                                      "--num-rollout",
+                                      "100000",
+                                      "--actor-num-gpus-per-node",
+                                      "2",
+                                      "--rollout-num-gpus",
+                                      "1",
+                                      "--save",
+                                      dir + "/save",
+                                      "--save-interval",
+                                      "1",
+                                      "--output-dir",
+                                      dir + "/out"};
+  command.insert(command.end(), flags.begin(), flags.end());
+  return command;
+}
+
+// A run of the job, started and let run until its first checkpoint is on disk.
+struct RunningJob {
+  std::string dir;
+  std::unique_ptr<Process> driver;
+  std::string session;
+
+  explicit RunningJob(const std::string& name) {
+    dir = ::ooze::testing::make_temp_dir("train-shutdown-" + name);
+    driver = std::make_unique<Process>(train_command(dir),
+                                       std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}},
+                                       dir + "/log.txt");
+    const bool saved = wait_until(
+        [&] { return fs::exists(dir + "/save/latest_checkpointed_iteration.txt"); }, 60s);
+    if (!saved) {
+      ADD_FAILURE() << "no checkpoint within 60 s:\n" << driver->output();
+      return;
+    }
+    session = session_of(driver->pid());
+    EXPECT_FALSE(session.empty()) << "no worker of driver " << driver->pid() << " found";
+    // The check below could fail: the job's three workers are found while it runs.
+    EXPECT_EQ(processes_of_session(session).size(), 3u) << session;
+  }
+
+  // Waits for the driver's exit, which must come within kExitBound.
+  ::ooze::testing::ExitStatus wait_for_exit() {
+    const auto start = Clock::now();
+    const ::ooze::testing::ExitStatus status = driver->wait(kExitBound);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("driver exited %.2f s after the stop (%s)\n", seconds, status.describe().c_str());
+    EXPECT_FALSE(status.timed_out)
+        << "the driver was still running " << kExitBound.count() << " s later:\n"
+        << driver->output();
+    // Checked at once: the driver reaps its workers before it exits.
+    if (!session.empty()) {
+      const std::vector<int> left = processes_of_session(session);
+      EXPECT_TRUE(left.empty()) << left.size() << " process(es) of the job outlived the driver, "
+                                << "the first " << (left.empty() ? 0 : left[0]);
+    }
+    return status;
+  }
+
+  // What the driver wrote as its own from its first "ooze train: " line on (its error, whose
+  // later lines are indented), without its workers' lines "(Label pid=N) ..." and log lines.
+  std::string driver_error() const {
+    std::string error;
+    std::istringstream in(driver->output());
+    for (std::string line; std::getline(in, line);) {
+      if (error.empty() && line.rfind("ooze train: ", 0) != 0) continue;
+      if (line.rfind("(", 0) == 0 || line.rfind("[", 0) == 0) continue;
+      error += line + "\n";
+    }
+    return error;
+  }
+
+  // The iteration the tracker names, after checking that checkpoint is whole.
+  int64_t expect_last_checkpoint_whole() const {
+    const std::string save = dir + "/save";
+    const int64_t iteration = std::stoll(read_file(save + "/latest_checkpointed_iteration.txt"));
+    EXPECT_GE(iteration, 1);
+    char name[32];
+    std::snprintf(name, sizeof(name), "/iter_%07lld", static_cast<long long>(iteration));
+    const std::string checkpoint = save + name;
+    const json metadata = json::parse(read_file(checkpoint + "/metadata.json"), nullptr, false);
+    EXPECT_FALSE(metadata.is_discarded()) << checkpoint << "/metadata.json is not JSON";
+    if (metadata.is_discarded()) return iteration;
+    EXPECT_EQ(metadata["files"].size(), 4u) << "a model and an optimizer file for each rank";
+    for (const json& file : metadata["files"]) {
+      const std::string bytes = read_file(checkpoint + "/" + file["name"].get<std::string>());
+      EXPECT_EQ(bytes.size(), file["bytes"].get<size_t>()) << file.dump();
+      EXPECT_EQ(crc32(bytes.data(), bytes.size()), file["crc32"].get<uint32_t>()) << file.dump();
+    }
+    const json state = json::parse(
+        read_file(save + "/rollout_state_" + std::to_string(iteration) + ".json"), nullptr, false);
+    EXPECT_TRUE(!state.is_discarded() && state.contains("next_rollout_id"))
+        << "the rollout state of iteration " << iteration << " is missing or broken";
+    return iteration;
+  }
+};
+
+class TrainShutdownTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
+    // A test started as a shell's background job inherits an ignored SIGINT, which the driver
+    // would keep ignoring (as it should); Ctrl-C is what this test stands for.
+    ::signal(SIGINT, SIG_DFL);
+  }
+};
+
+TEST_F(TrainShutdownTest, CtrlCStopsTheJobWith130AndTheRunResumesFromItsLastCheckpoint) {
+  RunningJob job("sigint");
+  ASSERT_FALSE(job.session.empty());
+  std::this_thread::sleep_for(500ms);  // mid-run: a few more rollouts and checkpoints
+  job.driver->kill(SIGINT);
+  const ::ooze::testing::ExitStatus status = job.wait_for_exit();
+  EXPECT_TRUE(status.exited && status.code == 130) << status.describe() << "\n"
+                                                   << job.driver->output();
+  const std::string output = job.driver->output();
+  EXPECT_NE(output.find("ooze train: interrupted: stopping"), std::string::npos) << output;
+  const int64_t iteration = job.expect_last_checkpoint_whole();
+
+  // The run resumes from that checkpoint and takes one more rollout.
+  const json state = json::parse(
+      read_file(job.dir + "/save/rollout_state_" + std::to_string(iteration) + ".json"));
+  const int64_t next_rollout = state["next_rollout_id"].get<int64_t>();
+  std::vector<std::string> resume =
+      train_command(job.dir, {"--load", job.dir + "/save", "--save", job.dir + "/save-resumed",
+                              "--num-rollout", std::to_string(next_rollout + 1)});
+  Process resumed(resume, {{"OMP_NUM_THREADS", "1"}}, job.dir + "/resume-log.txt");
+  const ::ooze::testing::ExitStatus resumed_status = resumed.wait(60s);
+  EXPECT_TRUE(resumed_status.exited && resumed_status.code == 0)
+      << resumed_status.describe() << "\n"
+      << resumed.output();
+  EXPECT_NE(resumed.output().find("resumed from " + job.dir + "/save at iteration " +
+                                  std::to_string(iteration)),
+            std::string::npos)
+      << resumed.output();
+}
+
+// kill -9 of the worker labelled `label`: the driver fails, naming that worker and the signal.
+void expect_killed_worker_stops_the_job(const std::string& name, const std::string& label,
+                                        const std::string& shown_label) {
+  RunningJob job(name);
+  ASSERT_FALSE(job.session.empty());
+  std::this_thread::sleep_for(500ms);
+  const Worker victim = worker_labelled(job.session, label);
+  ASSERT_GT(victim.pid, 0);
+  ASSERT_EQ(::kill(victim.pid, SIGKILL), 0);
+  const ::ooze::testing::ExitStatus status = job.wait_for_exit();
+  EXPECT_TRUE(status.exited && status.code == 1) << status.describe() << "\n"
+                                                 << job.driver->output();
+  // The driver's own error names the actor (class, id, pid) and why it died.
+  const std::string named = shown_label + " (actor " + victim.actor_id + ", pid " +
+                            std::to_string(victim.pid) + ") died: killed by signal 9";
+  EXPECT_NE(job.driver_error().find(named), std::string::npos)
+      << "the driver's error does not say \"" << named << "\":\n"
+      << job.driver->output();
+  job.expect_last_checkpoint_whole();
+}
+
+TEST_F(TrainShutdownTest, KilledEngineStopsTheJobNamingRolloutEngineAndTheSignal) {
+  expect_killed_worker_stops_the_job("engine", "RolloutEngine", "RolloutEngine");
+}
+
+TEST_F(TrainShutdownTest, KilledTrainerRankStopsTheJobNamingTrainActorAndTheSignal) {
+  expect_killed_worker_stops_the_job("trainer", "TrainActor_rank_1", "TrainActor rank=1");
+}
+
+}  // namespace
+}  // namespace ooze::launcher
