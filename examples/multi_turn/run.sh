@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# A multi-turn GRPO run with this directory's calculator tool, on a task the CPU demo's tiny
+# model can learn:
+#   1. the generate plugin built as a user builds it: ooze's plugin files installed from
+#      BUILD_DIR into OUT/sdk, this directory configured against that prefix alone and built in
+#      OUT/plugin;
+#   2. single-digit addition (make_task.sh) and a supervised warm start of a tiny Qwen3 on
+#      demonstrations that call the calculator 30% of the time,
+#      "<calc>a+b</calc><result>sum</result> \boxed{sum}", and otherwise answer "\boxed{sum}"
+#      at once, right 40% of the time;
+#   3. GRPO where every sample is a dialogue (calculator_generate): the policy's turn stops at
+#      </calc>, the tool's answer is appended with loss mask 0, and the policy writes on. The
+#      reward is the built-in math rule (the last \boxed{} against the sum). The tool is always
+#      right, so calling it pays: rollout/tool_calls (calls per sample) and eval/add rise.
+#
+#   examples/multi_turn/run.sh [more ooze train flags]
+# The flags given are passed last, so they win over the blocks below.
+# Environment: OUT (runs/multi_turn), BUILD_DIR (build), NUM_ROLLOUT (100), EVAL_INTERVAL
+# (50), SEED (1), SFT_STEPS (160), WARM_START (a warm-start model directory from an earlier
+# run's OUT/sft/model; empty: make one), PLUGIN (an already built libcalculator_generate.so;
+# empty: build it), PLACEMENT_ARGS (the placement flags).
+# Writes OUT/metrics.jsonl, OUT/config.json, OUT/tensorboard/ and the full log OUT/train.log.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+OUT="${OUT:-runs/multi_turn}"
+BUILD_DIR="${BUILD_DIR:-build}"
+NUM_ROLLOUT="${NUM_ROLLOUT:-100}"
+EVAL_INTERVAL="${EVAL_INTERVAL:-50}"
+SEED="${SEED:-1}"
+SFT_STEPS="${SFT_STEPS:-160}"
+WARM_START="${WARM_START:-}"
+PLUGIN="${PLUGIN:-}"
+OOZE="$BUILD_DIR/launcher/ooze"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+mkdir -p "$OUT"
+rm -rf "$OUT/metrics.jsonl" "$OUT/tensorboard"
+
+if [ -z "$PLUGIN" ]; then
+  echo "plugin: installing ooze's plugin files into $OUT/sdk and building against them"
+  generator=()
+  if command -v ninja > /dev/null; then generator=(-G Ninja); fi
+  {
+    cmake --install "$BUILD_DIR" --prefix "$OUT/sdk" &&
+      cmake -S "$here" -B "$OUT/plugin" "${generator[@]}" -DCMAKE_PREFIX_PATH="$OUT/sdk" &&
+      cmake --build "$OUT/plugin"
+  } > "$OUT/plugin.log" 2>&1 || { tail -n 20 "$OUT/plugin.log" >&2; exit 1; }
+  PLUGIN="$OUT/plugin/libcalculator_generate.so"
+fi
+
+"$here/make_task.sh" "$OUT/task" "$SEED" "$SFT_STEPS"
+if [ -z "$WARM_START" ]; then
+  echo "warm start: $SFT_STEPS supervised steps on demonstrations ($OUT/sft.log)"
+  "$OOZE" model init --arch qwen3 --hidden-size 128 --layers 2 --heads 4 --kv-heads 2 \
+    --tokenizer byte --seed "$SEED" --out "$OUT/init" > "$OUT/init.log"
+  SFT_ARGS=(
+    --hf-checkpoint "$OUT/init"
+    --prompt-data "$OUT/task/sft.jsonl" --input-key input --label-key label
+    --rollout-function-path sft --loss-type sft_loss --debug-train-only
+    # Every token weighs the same: with the default per-sample mean, the first token of a long
+    # tool-using demonstration would weigh a quarter of a short direct answer's, and the warm
+    # start would call the tool far less often than the demonstrations do.
+    --loss-aggregation token-mean
+    --rollout-shuffle --rollout-seed "$SEED"
+    --rollout-batch-size 100 --n-samples-per-prompt 1 --global-batch-size 100
+    --micro-batch-size 50 --num-rollout "$SFT_STEPS"
+    --actor-num-gpus-per-node 2
+    --lr 3e-3
+    --output-dir "$OUT/sft" --save-hf "$OUT/sft/model"
+  )
+  "$OOZE" train "${SFT_ARGS[@]}" > "$OUT/sft.log" 2>&1 ||
+    { tail -n 20 "$OUT/sft.log" >&2; exit 1; }
+  WARM_START="$OUT/sft/model"
+fi
+
+MODEL_ARGS=(--hf-checkpoint "$WARM_START")
+ROLLOUT_ARGS=(
+  --prompt-data "$OUT/task/train.jsonl" --input-key input --label-key label
+  --custom-generate-function-path "$PLUGIN:calculator_generate" --rollout-stop '</calc>'
+  --rm-type math
+  --rollout-shuffle --rollout-seed "$SEED" --sampling-seed "$SEED"
+  --num-rollout "$NUM_ROLLOUT" --rollout-batch-size 16 --n-samples-per-prompt 16
+  --rollout-max-response-len 64 --rollout-temperature 1.0 --rollout-stop-token-ids 258
+  --global-batch-size 128 --micro-batch-size 64
+)
+EVAL_ARGS=(
+  --eval-prompt-data add,"$OUT/task/eval.jsonl" --eval-interval "$EVAL_INTERVAL"
+  --n-samples-per-eval-prompt 4 --eval-max-response-len 64 --eval-temperature 1.0
+)
+GRPO_ARGS=(--advantage-estimator grpo --eps-clip 0.2 --entropy-coef 0.0)
+OPTIMIZER_ARGS=(--lr 5e-4 --lr-decay-style cosine --min-lr 5e-5 --weight-decay 0.01)
+read -r -a PLACEMENT <<< "${PLACEMENT_ARGS:---actor-num-gpus-per-node 2 --rollout-num-gpus 2}"
+
+echo "GRPO with the calculator: $NUM_ROLLOUT rollouts of 16 prompts x 16 samples ($OUT/train.log)"
+"$OOZE" train "${MODEL_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${EVAL_ARGS[@]}" "${GRPO_ARGS[@]}" \
+  "${OPTIMIZER_ARGS[@]}" "${PLACEMENT[@]}" --output-dir "$OUT" "$@" 2>&1 |
+  tee "$OUT/train.log" | { grep --line-buffered -E '^\[(eval|rollout [0-9]*[05]0/)' || true; } ||
+  { tail -n 20 "$OUT/train.log" >&2; exit 1; }
+
+values_of() { grep -o "\"$1\":[0-9.e-]*" "$OUT/metrics.jsonl" | cut -d: -f2 | tr '\n' ' '; }
+echo "eval/add at each evaluation: $(values_of eval/add)"
+calls=$(values_of rollout/tool_calls | awk '{print $1, "->", $NF}')
+echo "rollout/tool_calls (calls per sample), first -> last rollout: $calls"
