@@ -21,7 +21,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${OUT:-runs/algorithms/dapo}"
 NUM_ROLLOUT="${NUM_ROLLOUT:-200}"
 EVAL_INTERVAL="${EVAL_INTERVAL:-50}"
-source "$here/demo_warm_start.sh"
+source "$here/../demo/warm_start.sh"
 
 MODEL_ARGS=(--hf-checkpoint "$WARM_START")
 ROLLOUT_ARGS=(

@@ -18,7 +18,7 @@ OUT="${OUT:-runs/algorithms/reinforce_plus_plus}"
 NUM_ROLLOUT="${NUM_ROLLOUT:-200}"
 EVAL_INTERVAL="${EVAL_INTERVAL:-50}"
 ESTIMATOR="${ESTIMATOR:-reinforce_plus_plus}"
-source "$here/demo_warm_start.sh"
+source "$here/../demo/warm_start.sh"
 
 MODEL_ARGS=(--hf-checkpoint "$WARM_START")
 ROLLOUT_ARGS=(

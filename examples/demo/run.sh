@@ -15,50 +15,23 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${1:-runs/demo}"
-BUILD_DIR="${BUILD_DIR:-build}"
-SEED="${SEED:-1}"
-SFT_STEPS="${SFT_STEPS:-160}"
 NUM_ROLLOUT="${NUM_ROLLOUT:-800}"
 EVAL_INTERVAL="${EVAL_INTERVAL:-100}"
-WARM_START="${WARM_START:-}"
-OOZE="$BUILD_DIR/launcher/ooze"
-REWARD="$BUILD_DIR/examples/demo/libexact_match_reward.so"
-export OMP_NUM_THREADS=1
 rm -rf "$OUT"
-mkdir -p "$OUT"
-
-"$here/make_task.sh" "$OUT/task" "$SEED" "$SFT_STEPS"
-if [ -z "$WARM_START" ]; then
-  "$OOZE" model init --arch qwen3 --hidden-size 128 --layers 2 --heads 4 --kv-heads 2 \
-    --tokenizer byte --seed "$SEED" --out "$OUT/init" > "$OUT/init.log"
-  echo "warm start: $SFT_STEPS supervised steps on noisy demonstrations ($OUT/sft.log)"
-  SFT_ARGS=(
-    --hf-checkpoint "$OUT/init"
-    --prompt-data "$OUT/task/sft.jsonl" --input-key input --label-key label
-    --rollout-function-path sft --loss-type sft_loss --debug-train-only
-    --rollout-shuffle --rollout-seed "$SEED"
-    --rollout-batch-size 100 --n-samples-per-prompt 1 --global-batch-size 100
-    --micro-batch-size 50 --num-rollout "$SFT_STEPS"
-    --actor-num-gpus-per-node 2
-    --lr 3e-3
-    --output-dir "$OUT/sft" --save-hf "$OUT/sft/model"
-  )
-  "$OOZE" train "${SFT_ARGS[@]}" > "$OUT/sft.log" 2>&1
-  WARM_START="$OUT/sft/model"
-fi
+source "$here/warm_start.sh"  # OUT/task and, unless WARM_START names one, OUT/sft/model
 
 echo "GRPO: $NUM_ROLLOUT rollouts of 16 prompts x 16 samples ($OUT/grpo.log)"
 MODEL_ARGS=(--hf-checkpoint "$WARM_START")
 ROLLOUT_ARGS=(
-  --prompt-data "$OUT/task/train.jsonl" --input-key input --label-key label
-  --custom-rm-path "$REWARD:exact_match"
+  --prompt-data "$TASK/train.jsonl" --input-key input --label-key label
+  --custom-rm-path "$BUILD_DIR/examples/demo/libexact_match_reward.so:exact_match"
   --rollout-shuffle --rollout-seed "$SEED" --sampling-seed "$SEED"
   --num-rollout "$NUM_ROLLOUT" --rollout-batch-size 16 --n-samples-per-prompt 16
   --rollout-max-response-len 4 --rollout-temperature 1.0 --rollout-stop-token-ids 258
   --global-batch-size 128 --micro-batch-size 64
 )
 EVAL_ARGS=(
-  --eval-prompt-data add,"$OUT/task/eval.jsonl" --eval-interval "$EVAL_INTERVAL"
+  --eval-prompt-data add,"$TASK/eval.jsonl" --eval-interval "$EVAL_INTERVAL"
   --n-samples-per-eval-prompt 4 --eval-max-response-len 4 --eval-temperature 1.0
 )
 GRPO_ARGS=(--advantage-estimator grpo)

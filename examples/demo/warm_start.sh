@@ -1,5 +1,5 @@
-# Sourced by the algorithm scripts: the CPU demo's task and its supervised warm start, as
-# examples/demo/run.sh makes them.
+# Sourced by examples/demo/run.sh and the algorithm scripts (examples/algorithms): the CPU
+# demo's task and its supervised warm start.
 #   OUT/task/{train,eval,sft}.jsonl   single-digit addition (examples/demo/make_task.sh)
 #   OUT/sft/model                     the warm start: a tiny Qwen3 (hidden 128, 2 layers, byte
 #                                     tokenizer) trained for SFT_STEPS supervised steps on noisy
@@ -23,7 +23,7 @@ fi
 mkdir -p "$OUT"
 # A fresh run: metrics.jsonl and TensorBoard files would otherwise grow across reruns.
 rm -rf "$OUT/metrics.jsonl" "$OUT/tensorboard"
-"$(dirname "${BASH_SOURCE[0]}")/../demo/make_task.sh" "$TASK" "$SEED" "$SFT_STEPS"
+"$(dirname "${BASH_SOURCE[0]}")/make_task.sh" "$TASK" "$SEED" "$SFT_STEPS"
 
 if [ -z "$WARM_START" ]; then
   echo "warm start: $SFT_STEPS supervised steps on noisy demonstrations ($OUT/sft.log)"
