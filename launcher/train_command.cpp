@@ -1,5 +1,6 @@
 #include "launcher/train_command.h"
 
+#include <exception>
 #include <optional>
 #include <ostream>
 
@@ -17,10 +18,11 @@
 namespace ooze::launcher {
 namespace {
 
-// Stops the runtime, and with it every process of the job, however the run ends.
+// Stops the runtime, and with it every process of the job, when the run ends. On an error,
+// main() first names the actors that died (the likely cause), then shuts the runtime down.
 struct RuntimeGuard {
   ~RuntimeGuard() {
-    if (actors::is_initialized()) actors::shutdown();
+    if (std::uncaught_exceptions() == 0 && actors::is_initialized()) actors::shutdown();
   }
 };
 
