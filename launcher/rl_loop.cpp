@@ -106,20 +106,14 @@ bool RlLoop::takes_turns() const {
   return plan_.colocate && plan_.with_trainers && plan_.with_engines();
 }
 
-void RlLoop::engines_release_memory() {
-  std::vector<actors::Future<void>> released;
-  for (const auto& engine : job_.engines) {
-    released.push_back(engine.call(&rollout::RolloutEngine::release_memory));
-  }
-  actors::get_all(std::move(released));
+bool RlLoop::evaluating() const {
+  return manager_ && !data_.eval_datasets.empty() && data_.eval_options.eval_interval > 0;
 }
 
-void RlLoop::engines_resume_memory() {
-  std::vector<actors::Future<void>> resumed;
-  for (const auto& engine : job_.engines) {
-    resumed.push_back(engine.call(&rollout::RolloutEngine::resume_memory));
-  }
-  actors::get_all(std::move(resumed));
+void RlLoop::on_every_engine(void (rollout::RolloutEngine::*method)()) {
+  std::vector<actors::Future<void>> calls;
+  for (const auto& engine : job_.engines) calls.push_back(engine.call(method));
+  actors::get_all(std::move(calls));
 }
 
 void RlLoop::run() {
@@ -128,9 +122,7 @@ void RlLoop::run() {
   for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
     run_rollout(rollout_id);
   }
-  const bool evaluating =
-      manager_ && !data_.eval_datasets.empty() && data_.eval_options.eval_interval > 0;
-  if (evaluating) evaluate(plan_.num_rollout);
+  if (evaluating()) evaluate(plan_.num_rollout);  // the final policy, whatever the interval
   const std::string save_hf = config_.get<std::string>("save_hf");
   if (!save_hf.empty() && plan_.with_trainers) {
     if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::wake_up));
@@ -165,8 +157,7 @@ int64_t RlLoop::resume() {
 void RlLoop::run_rollout(int64_t rollout_id) {
   const Clock::time_point step_start = Clock::now();
   double eval_time = 0;
-  if (manager_ && !data_.eval_datasets.empty() && data_.eval_options.eval_interval > 0 &&
-      rollout_id % data_.eval_options.eval_interval == 0) {
+  if (evaluating() && rollout_id % data_.eval_options.eval_interval == 0) {
     const Clock::time_point start = Clock::now();
     evaluate(rollout_id);
     eval_time = seconds_since(start);
@@ -186,7 +177,7 @@ void RlLoop::run_rollout(int64_t rollout_id) {
     line["perf/train_wait_time"] = line["perf/rollout_time"] + eval_time;
     if (takes_turns()) {
       start = Clock::now();
-      engines_release_memory();
+      on_every_engine(&rollout::RolloutEngine::release_memory);
       actors::get_all(job_.trainers.call_all(&TrainActor::wake_up));
       line["perf/wake_up_time"] = seconds_since(start);
     }
@@ -196,7 +187,7 @@ void RlLoop::run_rollout(int64_t rollout_id) {
     if (plan_.with_engines()) {
       // Both resident for the sync; then the trainer leaves the GPU to the engines.
       start = Clock::now();
-      if (takes_turns()) engines_resume_memory();
+      if (takes_turns()) on_every_engine(&rollout::RolloutEngine::resume_memory);
       double sleep_time = seconds_since(start);
       sync(rollout_id + 1, line);
       if (takes_turns()) {

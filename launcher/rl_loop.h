@@ -54,9 +54,9 @@ class RlLoop {
   void sync(int64_t version, MetricLine& line);
   void evaluate(int64_t rollout_id);
   void save(int64_t next_rollout_id);
+  bool evaluating() const;   // eval datasets and an --eval-interval were given
   bool takes_turns() const;  // colocated engines and trainer share GPUs
-  void engines_release_memory();
-  void engines_resume_memory();
+  void on_every_engine(void (rollout::RolloutEngine::*method)());
 
   const Config& config_;
   const TrainPlan& plan_;
