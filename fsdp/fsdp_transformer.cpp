@@ -1,6 +1,7 @@
 #include "fsdp/fsdp_transformer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "core/error.h"
@@ -66,6 +67,24 @@ FsdpTransformer::FsdpTransformer(models::TransformerModel model,
         "TransformerModel layout");
   }
   root_unit_ = *sharded_->root_unit();
+  const int64_t cp_size = options_.context_parallel_size;
+  const int world = sharded_->world_size();
+  if (cp_size < 1 || world % cp_size != 0) {
+    throw ConfigError("FsdpTransformer: context_parallel_size = " + std::to_string(cp_size) +
+                      " must be at least 1 and divide the world size " + std::to_string(world) +
+                      " (--context-parallel-size)");
+  }
+  if (cp_size > 1) {
+    // A fresh name per CP model of the process (the policy's, the reference's, ...): the ranks
+    // build their models in the same order, so the n-th one of every rank rendezvous together.
+    static std::atomic<int64_t> cp_models{0};
+    const int64_t serial = cp_models.fetch_add(1);
+    const int group = sharded_->rank() / static_cast<int>(cp_size);
+    std::vector<int> ranks;
+    for (int64_t r = 0; r < cp_size; ++r) ranks.push_back(group * static_cast<int>(cp_size) + r);
+    cp_group_ = sharded_->communicator()->new_group(
+        ranks, "cp" + std::to_string(serial) + "." + std::to_string(group));
+  }
 }
 
 torch::Tensor FsdpTransformer::forward(const torch::Tensor& input_ids,
@@ -73,6 +92,40 @@ torch::Tensor FsdpTransformer::forward(const torch::Tensor& input_ids,
                                        const torch::Tensor& cu_seqlens) {
   check_inputs(input_ids, position_ids, model_->config().vocab_size);
   const std::vector<int64_t> offsets = models::sequence_offsets(cu_seqlens, input_ids.size(0));
+  return run_layers(
+      input_ids, position_ids,
+      [offsets](models::DecoderLayerImpl* layer, const torch::Tensor& x,
+                const models::RotaryTables& rope) { return layer->forward(x, rope, offsets); });
+}
+
+torch::Tensor FsdpTransformer::forward_context_parallel(
+    const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+    std::shared_ptr<const models::ContextParallelSplit> split) {
+  check_inputs(input_ids, position_ids, model_->config().vocab_size);
+  if (!cp_group_) {
+    throw Error(
+        "FsdpTransformer::forward_context_parallel: this model has no context-parallel group "
+        "(context_parallel_size = 1); use forward()");
+  }
+  if (!split || split->cp_size != cp_size() || split->cp_rank != cp_rank() ||
+      split->num_local_tokens() != input_ids.size(0)) {
+    throw Error("FsdpTransformer::forward_context_parallel: the split must be made for CP rank " +
+                std::to_string(cp_rank()) + " of " + std::to_string(cp_size()) + " and hold the " +
+                std::to_string(input_ids.size(0)) + " local tokens given" +
+                (split ? "; it is for rank " + std::to_string(split->cp_rank) + " of " +
+                             std::to_string(split->cp_size) + " with " +
+                             std::to_string(split->num_local_tokens()) + " tokens"
+                       : std::string("; it is null")));
+  }
+  const models::ContextParallelAttention cp{std::move(split), cp_group_, options_.cp_impl};
+  return run_layers(input_ids, position_ids,
+                    [cp](models::DecoderLayerImpl* layer, const torch::Tensor& x,
+                         const models::RotaryTables& rope) { return layer->forward(x, rope, cp); });
+}
+
+torch::Tensor FsdpTransformer::run_layers(const torch::Tensor& input_ids,
+                                          const torch::Tensor& position_ids,
+                                          const AttendBlock& attend) {
   const std::optional<size_t> first_layer =
       layer_units_.empty() ? std::nullopt : std::optional<size_t>(layer_units_.front());
 
@@ -101,8 +154,8 @@ torch::Tensor FsdpTransformer::forward(const torch::Tensor& input_ids,
   for (size_t i = 0; i < layer_units_.size(); ++i) {
     models::DecoderLayerImpl* layer = model_->layers()[i].get();
     // Captured by value: with checkpointing the block runs again in backward.
-    FullyShardedModule::UnitBlock block = [layer, rope, offsets](const torch::Tensor& x) {
-      return layer->forward(x, rope, offsets);
+    FullyShardedModule::UnitBlock block = [layer, rope, attend](const torch::Tensor& x) {
+      return attend(layer, x, rope);
     };
     if (options_.activation_checkpointing) {
       block = [run = block, params = layer->parameters()](const torch::Tensor& x) {

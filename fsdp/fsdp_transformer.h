@@ -16,10 +16,22 @@
 //
 // Scoring without gradients: forward under torch::NoGradGuard, use lm_head_weight(), then
 // reshard().
+//
+// Context parallelism (options.context_parallel_size C > 1): the W ranks form W / C groups of C
+// consecutive ranks (d * C .. d * C + C - 1); parameters stay sharded over all W ranks, while
+// the ranks of one CP group share each micro-batch. Each rank runs forward_context_parallel on
+// its share (models/context_parallel_split.h), attention exchanging keys and values over the
+// group (models/ring_attention.h):
+//
+//   auto split = std::make_shared<const models::ContextParallelSplit>(
+//       models::split_for_context_parallel(offsets, fsdp.cp_size(), fsdp.cp_rank()));
+//   torch::Tensor hidden = fsdp.forward_context_parallel(split->shard(input_ids),
+//                                                        split->shard(position_ids), split);
 #pragma once
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +39,9 @@
 
 #include "comm/communicator.h"
 #include "fsdp/fully_shard.h"
+#include "models/attention.h"
+#include "models/context_parallel_split.h"
+#include "models/ring_attention.h"
 #include "models/transformer.h"
 
 namespace ooze::fsdp {
@@ -35,13 +50,20 @@ struct FsdpTransformerOptions {
   FullyShardOptions shard;
   // Recompute each decoder layer's activations in its backward instead of storing them.
   bool activation_checkpointing = false;
+  // --context-parallel-size: ranks sharing each micro-batch; must divide the world size.
+  int64_t context_parallel_size = 1;
+  // --cp-impl: how attention gathers the keys and values of the CP group.
+  models::ContextParallelImpl cp_impl = models::ContextParallelImpl::kRing;
 };
 
 class FsdpTransformer {
  public:
   // Shards `model`, whose parameters must already hold identical values on every rank (from
   // init_weights(seed), which is deterministic, or a checkpoint), unless
-  // options.shard.sync_module_states. Afterwards use the model only through this object.
+  // options.shard.sync_module_states. Afterwards use the model only through this object. With
+  // context parallelism every rank forms its CP group here (a rendezvous of the group's ranks),
+  // so the ranks construct their FsdpTransformers in the same order. Throws ooze::ConfigError
+  // when context_parallel_size does not divide the world size.
   FsdpTransformer(models::TransformerModel model, std::shared_ptr<comm::Communicator> comm,
                   FsdpTransformerOptions options = {});
 
@@ -53,6 +75,18 @@ class FsdpTransformer {
   // reshard(). Throws ooze::Error on malformed inputs, before any collective.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                         const torch::Tensor& cu_seqlens);
+  // The same forward for this rank's share of a micro-batch under context parallelism:
+  // input_ids and position_ids [T_local] in the local layout of `split` (made for cp_rank() of
+  // cp_size()); padding tokens may hold any id and position. Returns [T_local, hidden_size].
+  // Every rank of the CP group must run it on the same micro-batch layout at the same time.
+  torch::Tensor forward_context_parallel(const torch::Tensor& input_ids,
+                                         const torch::Tensor& position_ids,
+                                         std::shared_ptr<const models::ContextParallelSplit> split);
+  int64_t cp_size() const { return options_.context_parallel_size; }
+  int64_t cp_rank() const { return cp_group_ ? cp_group_->rank() : 0; }
+  // The CP group (null when cp_size() == 1).
+  const std::shared_ptr<comm::Communicator>& cp_group() const { return cp_group_; }
+
   // The [vocab_size, hidden_size] head matrix (gathered, compute dtype, requires grad), for
   // models::compute_token_log_probs. Valid between forward() and backward()/reshard().
   torch::Tensor lm_head_weight();
@@ -75,8 +109,15 @@ class FsdpTransformer {
   const FsdpTransformerOptions& options() const { return options_; }
 
  private:
+  // embed, the layers (each attending as `attend` says), the final norm: both forwards.
+  using AttendBlock = std::function<torch::Tensor(models::DecoderLayerImpl*, const torch::Tensor&,
+                                                  const models::RotaryTables&)>;
+  torch::Tensor run_layers(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                           const AttendBlock& attend);
+
   models::TransformerModel model_;
   FsdpTransformerOptions options_;
+  std::shared_ptr<comm::Communicator> cp_group_;
   std::unique_ptr<FullyShardedModule> sharded_;
   std::optional<size_t> embed_unit_;  // untied embeddings only
   std::vector<size_t> layer_units_;

@@ -100,9 +100,9 @@ std::vector<std::vector<int64_t>> split_dynamic(const std::vector<int64_t>& leng
   for (int64_t index : rank_samples) {
     if (lengths[index] > budget) {
       OOZE_LOG(WARN) << "sample " << index << " has " << lengths[index]
-                     << " tokens, more than max_tokens_per_gpu = " << budget
-                     << ": it gets a micro-batch of its own (raise --max-tokens-per-gpu if that "
-                        "runs out of memory)";
+                     << " tokens, more than a micro-batch's budget of " << budget
+                     << " (--max-tokens-per-gpu times --context-parallel-size): it gets a "
+                        "micro-batch of its own (raise either if that runs out of memory)";
     }
   }
   // Balanced micro-batches when the budget allows; otherwise the first-fit decreasing packing
@@ -257,6 +257,10 @@ void PackingOptions::validate() const {
         "(got max_tokens_per_gpu = " +
         str(max_tokens_per_gpu) + ")");
   }
+  if (context_parallel_size < 1) {
+    throw ConfigError("context_parallel_size = " + str(context_parallel_size) +
+                      " must be at least 1 (--context-parallel-size)");
+  }
 }
 
 std::vector<int64_t> sample_lengths(const std::vector<PackingSample>& samples) {
@@ -272,21 +276,33 @@ std::vector<std::vector<int64_t>> split_across_ranks(const std::vector<int64_t>&
   if (num_ranks < 1) {
     throw Error("split_across_ranks: num_ranks = " + str(num_ranks) + " must be at least 1");
   }
+  const int64_t cp_size = options.context_parallel_size;
+  if (cp_size < 1 || num_ranks % cp_size != 0) {
+    throw Error("split_across_ranks: " + str(num_ranks) +
+                " ranks do not form whole context-parallel groups of " + str(cp_size) +
+                " (--context-parallel-size must divide the trainer's world size)");
+  }
+  const int64_t num_groups = num_ranks / cp_size;
   const int64_t n = static_cast<int64_t>(lengths.size());
-  if (n < num_ranks) {
+  if (n < num_groups) {
     throw Error("split_across_ranks: " + str(n) + " samples cannot be split across " +
-                str(num_ranks) +
+                str(num_groups) +
                 " data-parallel ranks: every rank needs at least one sample. Raise the batch "
                 "(rollout_batch_size * n_samples_per_prompt) or use fewer ranks.");
   }
   check_lengths("split_across_ranks", lengths);
+  std::vector<std::vector<int64_t>> groups(num_groups);
   if (options.balance_data) {
     std::vector<int64_t> all(lengths.size());
     std::iota(all.begin(), all.end(), 0);
-    return karmarkar_karp_split(lengths, all, num_ranks, options.equal_samples_per_rank);
+    groups = karmarkar_karp_split(lengths, all, num_groups, options.equal_samples_per_rank);
+  } else {
+    for (int64_t i = 0; i < n; ++i) groups[i % num_groups].push_back(i);
   }
-  std::vector<std::vector<int64_t>> ranks(num_ranks);
-  for (int64_t i = 0; i < n; ++i) ranks[i % num_ranks].push_back(i);
+  // Rank r belongs to data-parallel group r / C.
+  std::vector<std::vector<int64_t>> ranks;
+  ranks.reserve(static_cast<size_t>(num_ranks));
+  for (int64_t r = 0; r < num_ranks; ++r) ranks.push_back(groups[r / cp_size]);
   return ranks;
 }
 
@@ -300,7 +316,7 @@ int64_t count_micro_batches(const std::vector<int64_t>& lengths,
     return (n + options.micro_batch_size - 1) / options.micro_batch_size;
   }
   return static_cast<int64_t>(
-      first_fit_decreasing(lengths, rank_samples, options.max_tokens_per_gpu).size());
+      first_fit_decreasing(lengths, rank_samples, options.micro_batch_token_budget()).size());
 }
 
 std::vector<std::vector<int64_t>> split_into_micro_batches(const std::vector<int64_t>& lengths,
@@ -315,7 +331,8 @@ std::vector<std::vector<int64_t>> split_into_micro_batches(const std::vector<int
                 "; use the maximum of count_micro_batches over all ranks");
   }
   if (options.use_dynamic_batch_size) {
-    return split_dynamic(lengths, rank_samples, num_micro_batches, options.max_tokens_per_gpu);
+    return split_dynamic(lengths, rank_samples, num_micro_batches,
+                         options.micro_batch_token_budget());
   }
   return split_fixed(rank_samples, num_micro_batches);
 }

@@ -93,16 +93,25 @@ struct PackingOptions {
   // With balance_data: give every rank the same number of samples (within one when the world
   // size does not divide the batch), as Slime does. Not a flag.
   bool equal_samples_per_rank = true;
+  // --context-parallel-size C (declared with the trainer's flags): the C ranks of a
+  // context-parallel group (ranks d * C .. d * C + C - 1) share every micro-batch, each holding
+  // about 1/C of its tokens. So split_across_ranks deals the batch out to the W / C groups (every
+  // rank of a group gets the group's share), and max_tokens_per_gpu counts tokens per CP rank:
+  // a micro-batch holds up to C * max_tokens_per_gpu tokens.
+  int64_t context_parallel_size = 1;
 
   // Reads the fields add_batching_fields declares. Throws ConfigError as validate() does.
   static PackingOptions from_config(const ooze::Config& config);
-  // Throws ConfigError on a micro_batch_size < 1, or dynamic mode with max_tokens_per_gpu < 1.
+  // Throws ConfigError on a micro_batch_size < 1, dynamic mode with max_tokens_per_gpu < 1, or
+  // a context_parallel_size < 1.
   void validate() const;
+  // The token budget of one whole micro-batch: max_tokens_per_gpu on each of its CP ranks.
+  int64_t micro_batch_token_budget() const { return max_tokens_per_gpu * context_parallel_size; }
 
   template <class A>
   void serialize(A& ar) {
     ar(use_dynamic_batch_size, max_tokens_per_gpu, micro_batch_size, balance_data,
-       equal_samples_per_rank);
+       equal_samples_per_rank, context_parallel_size);
   }
 };
 
@@ -131,14 +140,17 @@ struct BatchPlan {
 std::vector<int64_t> sample_lengths(const std::vector<PackingSample>& samples);
 
 // Step 1. Rollout-batch indices for each of `num_ranks` ranks, increasing. With balance_data the
-// token counts are balanced by karmarkar_karp_partition; otherwise round robin. Throws ooze::Error
-// when there are fewer samples than ranks (every rank needs at least one) or a length is < 1.
+// token counts are balanced by karmarkar_karp_partition; otherwise round robin. Under context
+// parallelism the batch is split across the num_ranks / C data-parallel groups and the C ranks of
+// a group get the same indices. Throws ooze::Error when there are fewer samples than groups
+// (every group needs at least one), when C does not divide num_ranks, or a length is < 1.
 std::vector<std::vector<int64_t>> split_across_ranks(const std::vector<int64_t>& lengths,
                                                      int64_t num_ranks,
                                                      const PackingOptions& options);
 
 // Step 2a. The fewest micro-batches this rank's samples (indices into `lengths`) need: in dynamic
-// mode by first-fit decreasing under max_tokens_per_gpu, otherwise ceil(n / micro_batch_size).
+// mode by first-fit decreasing under micro_batch_token_budget() (max_tokens_per_gpu per CP rank),
+// otherwise ceil(n / micro_batch_size).
 // Every rank must then use the maximum over ranks (all_reduce MAX when ranks plan on their own).
 int64_t count_micro_batches(const std::vector<int64_t>& lengths,
                             const std::vector<int64_t>& rank_samples,
@@ -148,7 +160,7 @@ int64_t count_micro_batches(const std::vector<int64_t>& lengths,
 // count_micro_batches, else ooze::Error) of rollout-batch indices, each increasing.
 // Dynamic mode: token counts balanced across micro-batches (Karmarkar–Karp, or first-fit decreasing
 // then splitting the heaviest where that would break the budget); no micro-batch exceeds
-// max_tokens_per_gpu unless it is a single longer sample (logged as a warning); heaviest
+// micro_batch_token_budget() unless it is a single longer sample (logged as a warning); heaviest
 // micro-batch first, so that ranks running in lockstep wait on each other as little as possible.
 // Fixed mode: consecutive samples, at most micro_batch_size per micro-batch, sizes as even as
 // possible.

@@ -4,7 +4,10 @@
 
 #include "algorithms/sft_loss.h"
 #include "core/error.h"
+#include "fsdp/context_parallel_gather.h"
 #include "fsdp/optimizer_step.h"
+#include "models/causal_attention.h"
+#include "models/context_parallel_split.h"
 #include "models/log_probs.h"
 
 namespace ooze::fsdp {
@@ -52,6 +55,18 @@ comm::Communicator* group_of(FsdpTransformer& model) {
   return sharded.world_size() > 1 ? sharded.communicator().get() : nullptr;
 }
 
+// The samples a rank is given are its data-parallel group's (split_across_ranks deals the same
+// share to the CP ranks of a group), and the micro-batch layout follows from the packing options:
+// the model's CP size and the options' must agree, or ranks would plan different steps.
+void check_context_parallel_size(FsdpTransformer& model, const PackingOptions& options) {
+  if (options.context_parallel_size != model.cp_size()) {
+    throw Error("the packing options say context_parallel_size = " +
+                std::to_string(options.context_parallel_size) + " but the model was built with " +
+                std::to_string(model.cp_size()) +
+                "; pass the trainer's --context-parallel-size to both");
+  }
+}
+
 // Steps 1-2: this rank's micro-batches. Each forward and backward is a sequence of
 // collectives, so every rank runs as many micro-batches as the busiest rank needs; a rank with
 // fewer samples runs empty ones. A rank with malformed samples must not leave the others waiting
@@ -87,13 +102,39 @@ std::vector<std::vector<int64_t>> plan_micro_batches(FsdpTransformer& model,
 // Step 3: log p(token t | the earlier tokens of its sample) for every packed token, 0 on each
 // sample's first token (nothing predicts it). The model predicts from position t - 1, so its
 // outputs are shifted by one token within each sample.
+//
+// Under context parallelism each rank runs the model on its share of the micro-batch and scores
+// its tokens against their next tokens (taken from the whole micro-batch before it is split);
+// the scores are then gathered over the CP group, so every rank of the group goes on with the
+// whole micro-batch's values, as with CP = 1.
+models::TokenLogProbs predict_next_tokens(FsdpTransformer& model, const PackedMicroBatch& batch,
+                                          double temperature, bool with_entropy) {
+  const at::Tensor next_tokens = at::roll(batch.tokens, -1);
+  if (model.cp_size() == 1) {
+    at::Tensor hidden = model.forward(batch.tokens, batch.position_ids, batch.cu_seqlens);
+    return models::compute_token_log_probs(hidden, model.lm_head_weight(), next_tokens, temperature,
+                                           /*chunk_tokens=*/1024, with_entropy);
+  }
+  const auto split =
+      std::make_shared<const models::ContextParallelSplit>(models::split_for_context_parallel(
+          models::sequence_offsets(batch.cu_seqlens, batch.num_tokens()), model.cp_size(),
+          model.cp_rank()));
+  at::Tensor hidden = model.forward_context_parallel(split->shard(batch.tokens),
+                                                     split->shard(batch.position_ids), split);
+  models::TokenLogProbs local =
+      models::compute_token_log_probs(hidden, model.lm_head_weight(), split->shard(next_tokens),
+                                      temperature, /*chunk_tokens=*/1024, with_entropy);
+  models::TokenLogProbs predicted;
+  predicted.log_probs = gather_context_parallel(local.log_probs, *split, model.cp_group());
+  if (with_entropy) {
+    predicted.entropy = gather_context_parallel(local.entropy, *split, model.cp_group());
+  }
+  return predicted;
+}
+
 models::TokenLogProbs token_log_probs(FsdpTransformer& model, const PackedMicroBatch& batch,
                                       double temperature, bool with_entropy) {
-  at::Tensor hidden = model.forward(batch.tokens, batch.position_ids, batch.cu_seqlens);
-  const at::Tensor next_tokens = at::roll(batch.tokens, -1);
-  models::TokenLogProbs predicted =
-      models::compute_token_log_probs(hidden, model.lm_head_weight(), next_tokens, temperature,
-                                      /*chunk_tokens=*/1024, with_entropy);
+  models::TokenLogProbs predicted = predict_next_tokens(model, batch, temperature, with_entropy);
   const at::Tensor first = batch.position_ids == 0;
   auto align = [&](const at::Tensor& values) {
     return at::where(first, at::zeros_like(values), at::roll(values, 1));
@@ -104,12 +145,17 @@ models::TokenLogProbs token_log_probs(FsdpTransformer& model, const PackedMicroB
   return aligned;
 }
 
-// The step's value of every metric on every rank: sums add up, maxima and minima combine.
+// The step's value of every metric on every rank: sums add up, maxima and minima combine. The
+// ranks of a CP group computed the same losses of the same micro-batches: only the first one's
+// sums count.
 std::map<std::string, double> reduce_over_ranks(FsdpTransformer& model,
                                                 const LossMetrics& metrics) {
   std::vector<double> sums, extremes;  // maxima, and minima negated
+  const bool counts_sums = model.cp_rank() == 0;
   for (const auto& [name, entry] : metrics.entries()) {
-    if (entry.reduction == LossMetrics::Reduction::kSum) sums.push_back(entry.value);
+    if (entry.reduction == LossMetrics::Reduction::kSum) {
+      sums.push_back(counts_sums ? entry.value : 0.0);
+    }
     if (entry.reduction == LossMetrics::Reduction::kMax) extremes.push_back(entry.value);
     if (entry.reduction == LossMetrics::Reduction::kMin) extremes.push_back(-entry.value);
   }
@@ -187,13 +233,17 @@ PackingSample language_modeling_sample(const std::vector<int64_t>& tokens) {
   return sample;
 }
 
-TrainStepOutput train_step(FsdpTransformer& model, ShardedAdamW& optimizer, double lr,
-                           const std::vector<PackingSample>& samples,
-                           const TrainStepOptions& options) {
+TrainStepOutput accumulate_gradients(FsdpTransformer& model,
+                                     const std::vector<PackingSample>& samples,
+                                     const TrainStepOptions& options) {
+  check_context_parallel_size(model, options.packing);
   const std::vector<std::vector<int64_t>> micro_batches =
       plan_micro_batches(model, samples, options.packing);
 
-  // The loss is normalised by the whole step's counts, over every rank.
+  // The loss is normalised by the whole step's counts, over every rank (the C ranks of a CP group
+  // hold the same samples: they are counted once). The ranks of a CP group each contribute a
+  // part of the same micro-batch's gradient, which FSDP averages over all W = D x C ranks
+  // (loss_aggregation.h).
   double loss_tokens = 0;
   for (const PackingSample& sample : samples) {
     loss_tokens += sample.response_mask.defined() ? sample.response_mask.sum().item<double>()
@@ -203,9 +253,11 @@ TrainStepOutput train_step(FsdpTransformer& model, ShardedAdamW& optimizer, doub
   if (comm::Communicator* group = group_of(model)) group->all_reduce(counts, comm::ReduceOp::SUM);
   algorithms::LossScale scale;
   scale.aggregation = options.loss_aggregation;
-  scale.global_tokens = counts[0].item<double>();
-  scale.global_sequences = counts[1].item<double>();
-  scale.dp_size = model.sharded().world_size();
+  const int64_t cp_size = model.cp_size();
+  scale.global_tokens = counts[0].item<double>() / static_cast<double>(cp_size);
+  scale.global_sequences = counts[1].item<double>() / static_cast<double>(cp_size);
+  scale.dp_size = model.sharded().world_size() / cp_size;
+  scale.cp_size = cp_size;
 
   const at::Device device = device_of(model);
   LossMetrics metrics;
@@ -221,10 +273,17 @@ TrainStepOutput train_step(FsdpTransformer& model, ShardedAdamW& optimizer, doub
 
   TrainStepOutput out;
   out.metrics = reduce_over_ranks(model, metrics);
-  const StepResult step = clip_and_step(model.sharded(), optimizer, lr, options.clip_grad);
   out.samples = static_cast<int64_t>(scale.global_sequences);
   out.loss_tokens = static_cast<int64_t>(scale.global_tokens);
   out.micro_batches = static_cast<int64_t>(micro_batches.size());
+  return out;
+}
+
+TrainStepOutput train_step(FsdpTransformer& model, ShardedAdamW& optimizer, double lr,
+                           const std::vector<PackingSample>& samples,
+                           const TrainStepOptions& options) {
+  TrainStepOutput out = accumulate_gradients(model, samples, options);
+  const StepResult step = clip_and_step(model.sharded(), optimizer, lr, options.clip_grad);
   out.grad_norm = step.grad_norm;
   out.skipped = step.skipped;
   return out;
@@ -234,6 +293,7 @@ ResponseLogProbs compute_log_probs(FsdpTransformer& model,
                                    const std::vector<PackingSample>& samples,
                                    const PackingOptions& packing, double temperature,
                                    bool with_entropy) {
+  check_context_parallel_size(model, packing);
   at::NoGradGuard no_grad;
   ResponseLogProbs out;
   out.log_probs.resize(samples.size());

@@ -18,6 +18,14 @@
 // compute_log_probs scores samples over the same plan, pack and forward, without gradients.
 // Both are collectives: every rank of the model's group calls them, each with its own samples
 // (split_across_ranks in packing.h deals a rollout batch out to the ranks).
+//
+// Context parallelism (the model's cp_size() C > 1, options.packing.context_parallel_size the
+// same): the C ranks of a CP group are given the same samples and plan the same micro-batches;
+// each runs the model on its share of every micro-batch's tokens, and the per-token log-probs
+// (and entropy) are gathered over the group (context_parallel_gather.h), so that every loss sees
+// whole samples and compute_log_probs returns whole responses, on each rank of the group. The
+// step's counts count each sample once, the loss is scaled for D x C ranks, and FSDP reduces the
+// gradients over all of them: the step does not depend on C.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -63,10 +71,18 @@ struct TrainStepOutput {
 };
 
 // Trains on this rank's `samples` (possibly none) and steps `optimizer` at `lr`. Throws
-// ooze::Error naming the sample on malformed samples (packing.h).
+// ooze::Error naming the sample on malformed samples (packing.h), or when the packing options'
+// context_parallel_size is not the model's.
 TrainStepOutput train_step(FsdpTransformer& model, ShardedAdamW& optimizer, double lr,
                            const std::vector<PackingSample>& samples,
                            const TrainStepOptions& options);
+
+// Steps 1-5 of train_step, no optimizer step: this rank's share of the step's gradient added to
+// the model's gradient shards (for callers that inspect gradients or step on their own). The
+// output's grad_norm and skipped stay unset.
+TrainStepOutput accumulate_gradients(FsdpTransformer& model,
+                                     const std::vector<PackingSample>& samples,
+                                     const TrainStepOptions& options);
 
 // log p of each response token of each sample under softmax(logits / temperature) (the
 // distribution rollouts at that temperature sample from), and with `with_entropy` the entropy

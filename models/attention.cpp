@@ -44,6 +44,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& hidden, const RotaryTa
   return o_proj->forward(out.reshape({hidden.size(0), num_heads_ * head_dim_}));
 }
 
+torch::Tensor AttentionImpl::forward(const torch::Tensor& hidden, const RotaryTables& rope,
+                                     const ContextParallelAttention& cp) {
+  Projected p = project(hidden, rope);
+  torch::Tensor out =
+      context_parallel_attention(p.q, p.k, p.v, *cp.split, cp.group, scale_, cp.impl);
+  return o_proj->forward(out.reshape({hidden.size(0), num_heads_ * head_dim_}));
+}
+
 torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& hidden, const RotaryTables& rope,
                                             const CacheStep& step, KVCache& cache,
                                             int64_t layer_index) {

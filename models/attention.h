@@ -6,15 +6,29 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "comm/communicator.h"
+#include "models/context_parallel_split.h"
 #include "models/kv_cache.h"
 #include "models/linear.h"
 #include "models/model_config.h"
+#include "models/ring_attention.h"
 #include "models/rms_norm.h"
 #include "models/rotary.h"
 
 namespace ooze::models {
+
+// A forward under context parallelism: the tokens are this rank's share of a micro-batch split
+// across the ranks of `group` (`split`, made for group->rank() of group->size()), and attention
+// reads the keys and values of the whole group (ring_attention.h). Held by value in the layers'
+// closures, which activation checkpointing runs again in backward.
+struct ContextParallelAttention {
+  std::shared_ptr<const ContextParallelSplit> split;
+  std::shared_ptr<comm::Communicator> group;
+  ContextParallelImpl impl = ContextParallelImpl::kRing;
+};
 
 class AttentionImpl : public torch::nn::Module {
  public:
@@ -24,6 +38,10 @@ class AttentionImpl : public torch::nn::Module {
   // Returns [T, hidden_size].
   torch::Tensor forward(const torch::Tensor& hidden, const RotaryTables& rope,
                         const std::vector<int64_t>& offsets);
+  // hidden: [T_local, hidden_size], this rank's tokens in the local layout of cp.split (rope
+  // from their positions). Returns [T_local, hidden_size].
+  torch::Tensor forward(const torch::Tensor& hidden, const RotaryTables& rope,
+                        const ContextParallelAttention& cp);
 
   // The tokens of a cache step: their keys/values are written to layer `layer_index` of
   // `cache` at the step's slot mapping, and each attends to its sequence's tokens up to itself.

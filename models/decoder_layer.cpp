@@ -17,6 +17,12 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& hidden, const Rotar
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& hidden, const RotaryTables& rope,
+                                        const ContextParallelAttention& cp) {
+  torch::Tensor h = hidden + self_attn->forward(input_layernorm->forward(hidden), rope, cp);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
 torch::Tensor DecoderLayerImpl::forward_cached(const torch::Tensor& hidden,
                                                const RotaryTables& rope, const CacheStep& step,
                                                KVCache& cache, int64_t layer_index) {

@@ -23,6 +23,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   // hidden: [T, hidden_size] packed tokens, sequences given by `offsets`.
   torch::Tensor forward(const torch::Tensor& hidden, const RotaryTables& rope,
                         const std::vector<int64_t>& offsets);
+  // This rank's share of a micro-batch under context parallelism (AttentionImpl::forward).
+  torch::Tensor forward(const torch::Tensor& hidden, const RotaryTables& rope,
+                        const ContextParallelAttention& cp);
 
   // The tokens of a cache step (see AttentionImpl::forward_cached).
   torch::Tensor forward_cached(const torch::Tensor& hidden, const RotaryTables& rope,
