@@ -1,14 +1,20 @@
 #include "launcher/cluster_command.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -40,8 +46,10 @@ ConfigSchema start_schema() {
                     "loopback by default.");
   schema.add_int("port", 6380, "With --head: the head's port.").min(1).max(65535);
   schema.add_string("node_ip", "",
-                    "The IP this node's workers listen on; default: --host for the head, else "
-                    "127.0.0.1 when the head is on loopback.");
+                    "The IP this node's workers listen on, which every other machine of the "
+                    "cluster must reach; default: --host for the head, else this machine's "
+                    "address on the route to the head (127.0.0.1 when the head is on "
+                    "loopback).");
   schema.add_string(
       "resources", "",
       "This node's resources as JSON, e.g. {\"CPU\":8,\"GPU\":4}; default: detected.");
@@ -72,14 +80,6 @@ ConfigSchema status_schema() {
   return schema;
 }
 
-std::string saved_token() {
-  if (const char* token = std::getenv("OOZE_CLUSTER_TOKEN")) return token;
-  std::ifstream file(kClusterDir + "/token");
-  std::string token;
-  file >> token;
-  return token;
-}
-
 // Readable by its owner only, from the moment the file exists: the token grants full control of
 // the cluster. Throws IoError naming the path when it cannot be written.
 void save_token(const std::string& token) {
@@ -87,6 +87,37 @@ void save_token(const std::string& token) {
   AtomicFile file(kClusterDir + "/token", 0600);
   file.write(token + "\n");
   file.commit();
+}
+
+bool is_wildcard(const std::string& host) { return host == "0.0.0.0" || host == "*"; }
+
+// The address of this machine's interface on the route to `head_address` (HOST:PORT), found by
+// pointing a UDP socket at it (nothing is sent): what the head's machine reaches this one at.
+std::string local_address_towards(const std::string& head_address) {
+  const size_t colon = head_address.rfind(':');
+  const std::string host = head_address.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "6380" : head_address.substr(colon + 1);
+  const std::string advice = ": give this node's IP with --node-ip";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (const int failed = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); failed != 0) {
+    throw ConfigError("cannot resolve the head's host " + host + " (" + gai_strerror(failed) + ")" +
+                      advice);
+  }
+  const int probe = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in local{};
+  socklen_t length = sizeof(local);
+  const bool routed = probe >= 0 && connect(probe, found->ai_addr, found->ai_addrlen) == 0 &&
+                      getsockname(probe, reinterpret_cast<sockaddr*>(&local), &length) == 0;
+  if (probe >= 0) close(probe);
+  freeaddrinfo(found);
+  char text[INET_ADDRSTRLEN] = {};
+  if (!routed || inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text)) == nullptr) {
+    throw ConfigError("no route from this machine to the head at " + head_address + advice);
+  }
+  return text;
 }
 
 std::string pid_file() { return kClusterDir + "/ooze-" + std::to_string(getpid()) + ".pid"; }
@@ -101,14 +132,27 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
-// Runs in the foreground: the services, until a stop signal or (for a node) the head is lost.
+// Whether the head answers and lists node `node_id` alive.
+bool head_lists_alive(actors::Client& client, const std::string& node_id) {
+  try {
+    const auto status = client.ask_head<actors::ClusterStatus>(
+        actors::method::kStatus, std::string(), std::chrono::seconds(2));
+    return std::any_of(status.nodes.begin(), status.nodes.end(),
+                       [&](const actors::NodeInfo& n) { return n.node_id == node_id && n.alive; });
+  } catch (const Error&) {
+    return false;  // no answer
+  }
+}
+
+// Runs in the foreground: the services, until a stop signal (returns 0) or, for a joining
+// node, until the head is lost (returns 1).
 int serve(const Config& flags, int ready_fd) {
   sigset_t signals = block_stop_signals();
   fs::create_directories(kClusterDir);
   { std::ofstream(pid_file()) << getpid() << "\n"; }
   std::string token = flags.get<std::string>("token");
   bool is_head = flags.get<bool>("head");
-  if (token.empty()) token = is_head ? Security::generate_token() : saved_token();
+  if (token.empty()) token = is_head ? Security::generate_token() : find_cluster_token();
   if (token.empty()) {
     throw ConfigError(
         "no cluster token: pass --token (printed by `ooze start --head`) or set "
@@ -122,19 +166,25 @@ int serve(const Config& flags, int ready_fd) {
   std::string head_address = flags.get<std::string>("address");
   std::string node_ip = flags.get<std::string>("node_ip");
   if (is_head) {
+    const std::string host = flags.get<std::string>("host");
+    const std::string port = std::to_string(flags.get<int64_t>("port"));
+    if (node_ip.empty()) node_ip = host;
+    if (is_wildcard(node_ip)) {
+      throw ConfigError("--host " + host +
+                        " listens on every interface, which says nothing of the one other "
+                        "machines reach this node at: give it with --node-ip IP");
+    }
     actors::HeadOptions options;
-    options.endpoint = "tcp://" + flags.get<std::string>("host") + ":" +
-                       std::to_string(flags.get<int64_t>("port"));
+    options.endpoint = "tcp://" + host + ":" + port;
     options.security = security;
     options.node_timeout = std::chrono::milliseconds(flags.get<int64_t>("node_timeout_ms"));
     options.client_timeout = std::chrono::milliseconds(flags.get<int64_t>("client_timeout_ms"));
     head = std::make_unique<actors::Head>(options);
-    head_address =
-        flags.get<std::string>("host") + ":" + std::to_string(flags.get<int64_t>("port"));
+    // What the other machines join: a wildcard listens on every interface, node_ip among them.
+    head_address = (is_wildcard(host) ? node_ip : host) + ":" + port;
     save_token(token);
-    if (node_ip.empty()) node_ip = flags.get<std::string>("host");
   }
-  if (node_ip.empty()) node_ip = "127.0.0.1";
+  if (node_ip.empty()) node_ip = local_address_towards(head_address);
   actors::NodeOptions node_options;
   node_options.head_endpoint = "tcp://" + head_address;
   node_options.security = security;
@@ -144,13 +194,21 @@ int serve(const Config& flags, int ready_fd) {
   node_options.session_dir = kClusterDir + "/node_" + std::to_string(getpid());
   actors::NodeAgent node(node_options);
 
+  // A joining node watches its head (below); the head answering it is also when it has joined.
+  std::unique_ptr<actors::Client> head_watch;
+  if (!is_head) {
+    head_watch = std::make_unique<actors::Client>(node_options.head_endpoint, security,
+                                                  /*is_driver=*/false);
+  }
+
   std::ostringstream banner;
   if (is_head) {
     banner << "ooze head listening at " << head_address << " with node " << node.node_id() << " "
            << actors::format_resources(resources) << "\n"
            << "join other machines with:\n  ooze start --address " << head_address << " --token "
            << token << "\n"
-           << "drivers: OOZE_CLUSTER_TOKEN=" << token << " and address " << head_address << "\n";
+           << "drivers: ooze train --address " << head_address
+           << " (on other machines with OOZE_CLUSTER_TOKEN=" << token << ")\n";
   } else {
     banner << "ooze node " << node.node_id() << " " << actors::format_resources(resources)
            << " joined " << head_address << "\n";
@@ -162,24 +220,53 @@ int serve(const Config& flags, int ready_fd) {
     (void)ignored;
     close(ready_fd);
   }
-  // Wait for a stop signal, or for the node to end on its own (the head was lost).
-  std::thread waiter([&] {
-    node.wait();
-    kill(getpid(), SIGTERM);
-  });
-  int signal = 0;
-  sigwait(&signals, &signal);
+  // Until a stop signal; a joining node also ends once its head has not listed it alive for
+  // the node's head timeout (the head was lost, or declared this node dead), by which time the
+  // node has stopped its workers. This thread alone stops the node: it is joined only once.
+  auto last_listed = std::chrono::steady_clock::now();
+  bool head_lost = false;
+  for (;;) {
+    const timespec tick{1, 0};
+    if (sigtimedwait(&signals, nullptr, &tick) >= 0) break;
+    if (!head_watch) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (head_lists_alive(*head_watch, node.node_id())) {
+      last_listed = now;
+    } else if (now - last_listed > node_options.head_timeout) {
+      std::cerr << "ooze node " << node.node_id() << ": the head at " << head_address
+                << " has not listed this node alive for " << node_options.head_timeout.count()
+                << " ms; stopping\n";
+      head_lost = true;
+      break;
+    }
+  }
+  head_watch.reset();
   node.stop();
-  waiter.join();
   if (head) head->stop();
   fs::remove(pid_file());
-  return 0;
+  return head_lost ? 1 : 0;
 }
 
 }  // namespace
 
+std::string find_cluster_token() {
+  const char* from_environment = std::getenv("OOZE_CLUSTER_TOKEN");
+  if (from_environment != nullptr && *from_environment != '\0') return from_environment;
+  std::ifstream file(kClusterDir + "/token");
+  std::string token;
+  file >> token;
+  return token;
+}
+
 int run_start_command(const std::vector<std::string>& args) {
-  const Config flags = load_config(start_schema(), "", args);
+  const std::optional<Config> parsed = load_config_from_command_line(start_schema(), args);
+  if (!parsed) {
+    std::cout << "usage: ooze start --head [--host IP] [--port P] [flags]\n"
+              << "       ooze start --address HEAD_IP:PORT [--token T] [flags]\n\n"
+              << start_schema().help();
+    return 0;
+  }
+  const Config& flags = *parsed;
   if (flags.get<bool>("block")) return serve(flags, -1);
   // In the background: a daemon child runs the services; the parent returns once they are up.
   int pipe_fds[2];
@@ -219,9 +306,15 @@ int run_start_command(const std::vector<std::string>& args) {
 }
 
 int run_status_command(const std::vector<std::string>& args) {
-  const Config flags = load_config(status_schema(), "", args);
+  const std::optional<Config> parsed = load_config_from_command_line(status_schema(), args);
+  if (!parsed) {
+    std::cout << "usage: ooze status [--address HEAD_IP:PORT] [--token T]\n\n"
+              << status_schema().help();
+    return 0;
+  }
+  const Config& flags = *parsed;
   std::string token = flags.get<std::string>("token");
-  if (token.empty()) token = saved_token();
+  if (token.empty()) token = find_cluster_token();
   if (token.empty()) throw ConfigError("no cluster token: pass --token or set OOZE_CLUSTER_TOKEN");
   actors::Client client("tcp://" + flags.get<std::string>("address"), Security::from_token(token),
                         /*is_driver=*/false);

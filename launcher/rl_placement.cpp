@@ -1,21 +1,34 @@
 #include "launcher/rl_placement.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <map>
+#include <optional>
+#include <sstream>
 
 #include "actors/errors.h"
 #include "actors/node_agent.h"
 #include "actors/runtime.h"
 #include "core/error.h"
+#include "core/logging.h"
+#include "launcher/cluster_command.h"
 #include "weight_sync/weight_sync_options.h"
 
 namespace ooze::launcher {
 namespace {
 
-std::string cluster_address(const Config& config) {
+// The cluster to join, and where it was named: --address, else $OOZE_ADDRESS; empty: none.
+struct ClusterAddress {
+  std::string address;
+  std::string named_by;
+};
+
+ClusterAddress cluster_address(const Config& config) {
   const std::string address = config.get<std::string>("address");
-  if (!address.empty()) return address;
+  if (!address.empty()) return {address, "--address " + address};
   const char* from_environment = std::getenv("OOZE_ADDRESS");
-  return from_environment != nullptr ? from_environment : "";
+  if (from_environment == nullptr || *from_environment == '\0') return {};
+  return {from_environment, std::string("$OOZE_ADDRESS ") + from_environment};
 }
 
 // Colocated, a rank and an engine share a bundle half and half.
@@ -25,8 +38,18 @@ double share_of_bundle(const TrainPlan& plan) {
 
 void start_runtime(const Config& config, const TrainPlan& plan) {
   actors::RuntimeOptions runtime;
-  runtime.address = cluster_address(config);
-  if (runtime.address.empty()) {
+  const ClusterAddress cluster = cluster_address(config);
+  runtime.address = cluster.address;
+  if (!runtime.address.empty()) {
+    // The token as `ooze start` and `ooze status` find it on this machine.
+    runtime.token = find_cluster_token();
+    if (runtime.token.empty()) {
+      throw ConfigError(cluster.named_by +
+                        " joins a cluster, which needs its token: set OOZE_CLUSTER_TOKEN to the "
+                        "one `ooze start --head` printed, or run where `ooze start` saved it "
+                        "($OOZE_CLUSTER_DIR/token, default /tmp/ooze/cluster/token)");
+    }
+  } else {
     // This machine alone: its GPUs as they are, and as many CPU slots as the job has bundles
     // (a CPU machine's "GPUs").
     runtime.resources = actors::detect_node_resources();
@@ -45,22 +68,70 @@ std::string slot_resource() {
   return "CPU";
 }
 
-actors::PlacementGroup reserve_bundles(const TrainPlan& plan, const std::string& resource) {
+// How long a job that fits the cluster waits for other jobs to free what it needs.
+constexpr std::chrono::seconds kWaitForBusyCluster{60};
+
+actors::PlacementGroup reserve_bundles(const TrainPlan& plan, const std::string& resource,
+                                       const std::string& address) {
   const std::vector<actors::ResourceSet> bundles(plan.gpus_needed(), {{resource, 1.0}});
   const std::string asked = std::to_string(plan.gpus_needed()) + " bundles of " + resource +
                             " = 1 (trainer: --actor-num-nodes * --actor-num-gpus-per-node = " +
                             std::to_string(plan.world_size) +
                             "; engines: --rollout-num-gpus = " + std::to_string(plan.num_engines) +
                             (plan.colocate ? ", colocated" : ", disaggregated") + ")";
+  const std::string cluster = address.empty() ? "this machine" : "the cluster at " + address;
+  std::optional<actors::PlacementGroup> group;
   try {
-    actors::PlacementGroup group = actors::PlacementGroup::create(bundles, "PACK");
-    group.ready();
-    return group;
+    // Refused at once when the cluster's nodes could not hold it even with nothing else running.
+    group = actors::PlacementGroup::create(bundles, "PACK");
   } catch (const actors::PlacementError& error) {
-    throw ConfigError("the cluster cannot hold this job's " + asked + ": " + error.what() +
-                      ". Lower those flags, add nodes (`ooze start --address`), or use "
-                      "--colocate");
+    const std::string more = address.empty()
+                                 ? "run on a cluster (`ooze start` on each machine, then --address)"
+                                 : "add nodes (`ooze start --address` on more machines)";
+    throw ConfigError(cluster + " cannot hold this job's " + asked + ": " + error.what() +
+                      ". Lower those flags, use --colocate, or " + more);
   }
+  try {
+    group->ready(kWaitForBusyCluster);  // other jobs hold what it needs
+  } catch (const actors::PlacementError& error) {
+    throw ConfigError(cluster + " stayed too busy for this job's " + asked + " for " +
+                      std::to_string(kWaitForBusyCluster.count()) + " s: " + error.what() +
+                      ". Wait for other jobs to end (`ooze status` lists them) or lower those "
+                      "flags");
+  }
+  return std::move(*group);
+}
+
+// Which trainer ranks and engines bundle b (in the group's order) holds.
+std::string bundle_roles(const TrainPlan& plan, int b) {
+  std::string roles;
+  auto add = [&](const std::string& role) { roles += (roles.empty() ? "" : " + ") + role; };
+  const int trainer_bundles = plan.with_trainers ? plan.world_size : 0;
+  if (b < trainer_bundles) add("rank " + std::to_string(b));
+  const int first_engine = plan.colocate ? 0 : trainer_bundles;
+  const int engine = b - first_engine;
+  if (plan.with_engines() && engine >= 0 && engine < plan.num_engines) {
+    add("engine " + std::to_string(engine));
+  }
+  return roles;
+}
+
+// Where each trainer rank and engine runs, node by node: on a cluster, the machine whose
+// session logs hold its output.
+void log_placement(const TrainPlan& plan, const actors::PlacementGroup& group) {
+  std::vector<std::string> nodes;  // in bundle order
+  std::map<std::string, std::string> roles_on;
+  for (size_t b = 0; b < group.bundles().size(); ++b) {
+    const actors::BundleInfo& bundle = group.bundles()[b];
+    const std::string node = bundle.node_address + " (node " + bundle.node_id + ")";
+    if (roles_on.count(node) == 0) nodes.push_back(node);
+    std::string& roles = roles_on[node];
+    roles += (roles.empty() ? "" : ", ") + bundle_roles(plan, static_cast<int>(b));
+  }
+  std::ostringstream line;
+  line << "placed on " << nodes.size() << (nodes.size() == 1 ? " node:" : " nodes:");
+  for (const std::string& node : nodes) line << " " << node << ": " << roles_on[node] << ";";
+  OOZE_LOG(INFO) << line.str();
 }
 
 std::vector<actors::ActorHandle<rollout::RolloutEngine>> start_engines(
@@ -89,7 +160,8 @@ RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, cons
   start_runtime(config, plan);
   const std::string resource = slot_resource();
   RlProcesses job;
-  job.placement = reserve_bundles(plan, resource);
+  job.placement = reserve_bundles(plan, resource, cluster_address(config).address);
+  log_placement(plan, *job.placement);
 
   if (plan.with_trainers) {
     actors::ActorGroupOptions group;
@@ -107,6 +179,9 @@ RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, cons
           engine.call(&rollout::RolloutEngine::start_server, std::string(), 0, std::string())
               .get(std::chrono::minutes(10)));
     }
+    std::string urls;
+    for (const std::string& url : router.engine_urls) urls += " " + url;
+    OOZE_LOG(INFO) << "engines serving at" << urls;
     job.router = std::make_unique<rollout::Router>(router);
   }
   if (plan.with_trainers && plan.with_engines()) {

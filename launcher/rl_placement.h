@@ -7,7 +7,10 @@
 //     the engine through shared memory (CUDA IPC on a GPU).
 //   - Disaggregated, engine e takes bundle world_size + e of its own; weights go by broadcast.
 // Without --address (or $OOZE_ADDRESS) the actor runtime is embedded in this process and this
-// machine is the cluster; with it, the job joins a cluster started with `ooze start`.
+// machine is the cluster; with it, the job joins a cluster started with `ooze start`, with the
+// token found as `ooze start` finds it (find_cluster_token). The engines' HTTP servers listen at
+// their node's address, where the router in this process reaches them from any machine. Where
+// each rank and engine landed is logged, node by node.
 //
 //   RlProcesses job = start_rl_processes(config, plan, init);   // trainers, engines, router
 //   job.trainers ... job.router ...
@@ -34,9 +37,10 @@ struct RlProcesses {
   std::unique_ptr<rollout::Router> router;  // over the engines' HTTP servers
 };
 
-// Starts the actor runtime, reserves the bundles (ConfigError naming the placement flags when
-// the cluster cannot hold them), then starts the trainer ranks (init'ed with `init`), the
-// engines with their HTTP servers, the router, and connects the trainers to the engines.
+// Starts the actor runtime, reserves the bundles (ConfigError naming the placement flags, before
+// any worker starts, when the cluster's nodes cannot hold them, or after a minute when other jobs
+// keep them busy), then starts the trainer ranks (init'ed with `init`), the engines with their
+// HTTP servers, the router, and connects the trainers to the engines.
 RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, const TrainInit& init);
 
 }  // namespace ooze::launcher

@@ -178,7 +178,8 @@ std::string RolloutEngine::start_server(const std::string& host, int port,
                 "; call stop_server first");
   }
   ServerOptions options;
-  if (!host.empty()) options.host = host;
+  // Where the node says its workers are reached: the driver's router may be on another machine.
+  options.host = host.empty() ? actors::node_address() : host;
   options.port = static_cast<uint16_t>(port);
   options.api_key = api_key;
   server_ = std::make_unique<EngineServer>(*engine_, options);

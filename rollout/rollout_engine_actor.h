@@ -10,7 +10,7 @@
 //   auto actor = actors::spawn<RolloutEngine>(options, engine);
 //   auto outputs = actor.call(&RolloutEngine::generate, requests).get();  // [request][sample]
 //   std::string url = actor.call(&RolloutEngine::start_server, std::string(), 0,
-//                                std::string()).get();               // "http://127.0.0.1:PORT"
+//                                std::string()).get();       // "http://NODE_ADDRESS:PORT"
 //   actor.call(&RolloutEngine::release_memory).get();   // the trainer takes the GPU
 //   ... train ...
 //   actor.call(&RolloutEngine::resume_memory).get();
@@ -108,8 +108,9 @@ class RolloutEngine {
   std::vector<std::pair<std::string, uint32_t>> weight_checksums();
 
   // Starts the engine's HTTP server in this process on the actor's engine and returns its URL
-  // ("http://HOST:PORT"). host empty: 127.0.0.1 (other machines cannot reach it; pass
-  // "0.0.0.0" for them). port 0: an ephemeral one. api_key non-empty: requests need
+  // ("http://HOST:PORT"). host empty: the address of the node the actor runs on
+  // (actors::node_address(): what the node's other peers reach it at; 127.0.0.1 on one machine
+  // and outside a worker). port 0: an ephemeral one. api_key non-empty: requests need
   // "Authorization: Bearer KEY". Throws Error when a server is already running (stop it first)
   // and ServerError when the address cannot be bound.
   std::string start_server(const std::string& host, int port, const std::string& api_key);
