@@ -81,6 +81,8 @@ int64_t TrainActor::init(const TrainInit& init) {
   fsdp_options.shard.reshard_after_forward = options.reshard_after_forward;
   fsdp_options.shard.prefetch = options.prefetch;
   fsdp_options.activation_checkpointing = options.gradient_checkpointing;
+  fsdp_options.context_parallel_size = options.packing.context_parallel_size;
+  fsdp_options.cp_impl = options.cp_impl;
   models::ModelConfig config = models::load_model_config(init.model_dir);
   models::TransformerModel model(config);
   model->to(state->device);

@@ -21,6 +21,8 @@ namespace ooze::launcher {
 using TrainerGroup = actors::ActorGroup<TrainActor>;
 
 // The ranks' shares of `global`: shares[r] holds the indices into global.samples rank r gets.
+// With packing.context_parallel_size C > 1 the batch is dealt out to the W / C data-parallel
+// groups and the C ranks of a group (r / C the same) get the same share; their answers agree.
 std::vector<std::vector<int64_t>> deal(const TrainBatch& global, int world_size,
                                        const fsdp::PackingOptions& packing);
 

@@ -54,6 +54,16 @@ void add_trainer_fields(ConfigSchema& schema, const TrainerOptions& defaults) {
   schema.add_bool("gradient_checkpointing", defaults.gradient_checkpointing,
                   "Recompute each decoder layer's activations in backward instead of keeping "
                   "them.");
+  schema
+      .add_int("context_parallel_size", defaults.packing.context_parallel_size,
+               "Context parallelism: groups of this many trainer ranks share every micro-batch, "
+               "each holding 1/C of its tokens (--max-tokens-per-gpu then counts a rank's "
+               "share); must divide the trainer's world size.")
+      .min(1);
+  schema.add_enum("cp_impl", {"ring", "allgather"},
+                  models::context_parallel_impl_name(defaults.cp_impl),
+                  "How context-parallel attention gets the other ranks' keys and values: passed "
+                  "around a ring while computing, or all-gathered at once.");
 
   schema.section("checkpoint");
   schema.add_string("load", "", "Resume from the newest checkpoint in this directory.");
@@ -111,6 +121,8 @@ TrainerOptions trainer_options_from_config(const Config& config, int64_t total_i
   options.prefetch = config.get<bool>("prefetch");
   options.gradient_checkpointing = config.get<bool>("gradient_checkpointing");
   options.packing = fsdp::PackingOptions::from_config(config);
+  options.packing.context_parallel_size = config.get<int64_t>("context_parallel_size");
+  options.cp_impl = models::context_parallel_impl_from_name(config.get<std::string>("cp_impl"));
   options.loss_aggregation =
       algorithms::parse_loss_aggregation(config.get<std::string>("loss_aggregation"));
   options.loss_type = config.get<std::string>("loss_type") == "sft_loss"

@@ -21,6 +21,7 @@
 #include "fsdp/lr_schedule.h"
 #include "fsdp/packing.h"
 #include "fsdp/train_step.h"
+#include "models/ring_attention.h"
 
 namespace ooze::launcher {
 
@@ -47,6 +48,9 @@ struct TrainerOptions {
   bool reshard_after_forward = true;
   bool prefetch = true;
   bool gradient_checkpointing = false;
+  // Context parallelism: --context-parallel-size lives in packing.context_parallel_size (the
+  // batch is dealt out to W / C groups); --cp-impl says how attention exchanges keys and values.
+  models::ContextParallelImpl cp_impl = models::ContextParallelImpl::kRing;
 
   // The step: micro-batches, the loss and its normalisation. --loss-type is read here; the
   // policy loss's options (the algorithm section) and the rollouts' temperature (log-probs are
@@ -71,7 +75,7 @@ struct TrainerOptions {
     ar(lr, min_lr, lr_warmup_init, lr_warmup_iters, lr_warmup_fraction, lr_decay_iters,
        lr_decay_style, lr_wsd_decay_iters, lr_wsd_decay_style, total_iters, weight_decay,
        adam_beta1, adam_beta2, adam_eps, clip_grad);
-    ar(bf16, reshard_after_forward, prefetch, gradient_checkpointing);
+    ar(bf16, reshard_after_forward, prefetch, gradient_checkpointing, cp_impl);
     ar(packing, loss_aggregation, loss_type, policy_loss, temperature, distributed);
     ar(ckpt_step, load_optim, load_rng);
   }
