@@ -9,7 +9,8 @@
 //   - every parameter after 3 optimizer steps within 3e-8, relative to the parameter's largest
 //     entry (and the losses of those steps within 1e-6 relative).
 // Cases: C = 2 (ring and all-gather, with and without activation checkpointing), C = 4, and
-// D = 2 x C = 2 on 4 ranks. Also the dealing: the ranks of a CP group get the same share.
+// D = 2 x C = 2 on 4 ranks; bf16 compute at C = 2 to bf16 accuracy. Also the dealing: the ranks
+// of a CP group get the same share, and the token budget counts a rank's share.
 #include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -61,6 +62,7 @@ struct Scenario {
   int64_t cp_size = 2;
   models::ContextParallelImpl impl = models::ContextParallelImpl::kRing;
   bool activation_checkpointing = false;
+  bool bf16 = false;  // run_bf16_scenario instead of run_scenario
 };
 
 // The global batch of step `step`: samples of mixed lengths (2 is shorter than 2C for every
@@ -281,6 +283,47 @@ void run_scenario(const Scenario& scenario, const std::shared_ptr<comm::Communic
   }
 }
 
+// bf16 compute (fp32 masters): two steps under CP against the plain model in bf16, to bf16
+// accuracy (the bar of multi_rank_test.cpp's bf16 check): the attention merges partial results
+// in fp32 and returns bf16, as the packed attention does.
+void run_bf16_scenario(const Scenario& scenario, const std::shared_ptr<comm::Communicator>& world,
+                       const Check& check) {
+  FsdpTransformerOptions options;
+  options.shard.mixed_precision.param_dtype = torch::kBFloat16;
+  FsdpTransformer plain(fsdp_test::make_model(false), nullptr, options);
+  options.context_parallel_size = scenario.cp_size;
+  options.cp_impl = scenario.impl;
+  FsdpTransformer model(fsdp_test::make_model(false), world, options);
+  ShardedAdamW plain_optimizer(plain.sharded(), ShardedAdamWOptions{});
+  ShardedAdamW optimizer(model.sharded(), ShardedAdamWOptions{});
+  LossCase ppo = loss_cases(scenario.cp_size)[1];
+  TrainStepOptions plain_step = ppo.options;
+  plain_step.packing = packing_options(1);
+  for (int step = 1; step <= 2; ++step) {
+    const std::vector<PackingSample> batch = global_batch(step);
+    const std::vector<int64_t> mine = split_across_ranks(
+        sample_lengths(batch), scenario.world, packing_options(scenario.cp_size))[world->rank()];
+    const TrainStepOutput want = train_step(plain, plain_optimizer, 1e-3, batch, plain_step);
+    const TrainStepOutput got =
+        train_step(model, optimizer, 1e-3, subset(batch, mine), ppo.options);
+    const double want_entropy = want.metrics.at("entropy_loss");
+    const double got_entropy = got.metrics.at("entropy_loss");
+    check(std::abs(got.metrics.at("loss") - want.metrics.at("loss")) <= 1e-2 &&
+              std::abs(got_entropy - want_entropy) <= 1e-2 &&
+              std::abs(got.grad_norm - want.grad_norm) <= 2e-2 * want.grad_norm,
+          "bf16 step " + std::to_string(step) + ": loss " + std::to_string(got.metrics.at("loss")) +
+              " vs " + std::to_string(want.metrics.at("loss")) + ", entropy " +
+              std::to_string(got_entropy) + " vs " + std::to_string(want_entropy) +
+              ", gradient norm " + std::to_string(got.grad_norm) + " vs " +
+              std::to_string(want.grad_norm));
+    if (world->rank() == 0) {
+      std::printf("%s step %d: loss %.6f vs %.6f, entropy %.6f vs %.6f, grad norm %.6f vs %.6f\n",
+                  scenario.name.c_str(), step, got.metrics.at("loss"), want.metrics.at("loss"),
+                  got_entropy, want_entropy, got.grad_norm, want.grad_norm);
+    }
+  }
+}
+
 // One rank in a forked child: joins the world group through a store hosted by rank 0, runs the
 // scenario with one intra-op thread, exits 0 when every check passed, 1 when one failed, 2 on an
 // exception.
@@ -302,7 +345,11 @@ void run_scenario(const Scenario& scenario, const std::shared_ptr<comm::Communic
     store = std::make_shared<comm::TcpStore>("127.0.0.1", port, rank, rank == 0, timeout);
     std::shared_ptr<comm::Communicator> world =
         comm::make_gloo_communicator(store, rank, scenario.world, "trainer", timeout);
-    run_scenario(scenario, world, check);
+    if (scenario.bf16) {
+      run_bf16_scenario(scenario, world, check);
+    } else {
+      run_scenario(scenario, world, check);
+    }
     world->barrier();  // rank 0 hosts the store: keep it up until everyone is done
   } catch (const std::exception& e) {
     std::cerr << "UNEXPECTED ERROR (rank " << rank << "): " << e.what() << std::endl;
@@ -354,6 +401,10 @@ TEST(ContextParallelTraining, FourRanksRingMatchPlainTraining) {
 
 TEST(ContextParallelTraining, TwoDataParallelGroupsOfTwoMatchPlainTraining) {
   run_group({"D=2 x C=2 ring", 4, 2, models::ContextParallelImpl::kRing, true});
+}
+
+TEST(ContextParallelTraining, TwoRanksInBf16MatchPlainBf16Training) {
+  run_group({"C=2 ring bf16", 2, 2, models::ContextParallelImpl::kRing, false, true});
 }
 
 TEST(ContextParallelDealing, RanksOfOneGroupShareTheirGroupsSamples) {
