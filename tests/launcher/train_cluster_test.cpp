@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/launcher/tiny_train_command.h"
 #include "tests/rollout/tiny_model.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/process.h"
@@ -27,14 +28,6 @@ using ::ooze::testing::ExitStatus;
 using ::ooze::testing::ooze_binary;
 using ::ooze::testing::Process;
 using namespace std::chrono_literals;
-
-std::vector<json> read_lines(const std::string& path) {
-  std::vector<json> lines;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(json::parse(line));
-  return lines;
-}
 
 // A worker's log is named CLASS-ACTOR_ID-PID.out: the class (with its rank) and the pid.
 struct WorkerLog {
@@ -136,41 +129,12 @@ class TrainClusterTest : public ::testing::Test {
     return run.output();
   }
 
-  // `ooze train --address` on the tiny model: 8 prompts, rollouts of 2 groups of 4 samples,
-  // 2 steps a rollout, random rewards, metrics in OUT/metrics.jsonl.
-  std::vector<std::string> train_args(const std::vector<std::string>& flags) {
-    const std::string prompts = dir_ + "/train.jsonl";
-    std::ofstream out(prompts);
-    for (int i = 0; i < 8; ++i) {
-      out << json{{"input", std::to_string(i) + "+" + std::to_string(i) + "="},
-                  {"label", std::to_string(2 * i)}}
-                 .dump()
-          << "\n";
-    }
-    std::vector<std::string> args = {"train",
-                                     "--address",
-                                     address_,
-                                     "--hf-checkpoint",
-                                     rollout::testing::tiny_model_dir(),
-                                     "--prompt-data",
-                                     prompts,
-                                     "--label-key",
-                                     "label",
-                                     "--rm-type",
-                                     "random",
-                                     "--rollout-batch-size",
-                                     "2",
-                                     "--n-samples-per-prompt",
-                                     "4",
-                                     "--rollout-max-response-len",
-                                     "8",
-                                     "--global-batch-size",
-                                     "4",
-                                     "--lr",
-                                     "1e-3",
-                                     "--output-dir",
-                                     dir_ + "/out"};
-    args.insert(args.end(), flags.begin(), flags.end());
+  // The launcher tests' tiny `ooze train` (without the binary: ooze() adds it) on this
+  // cluster, with `flags`.
+  std::vector<std::string> train_args(std::vector<std::string> flags) {
+    flags.insert(flags.begin(), {"--address", address_});
+    std::vector<std::string> args = ::ooze::testing::tiny_train_command(dir_, flags);
+    args.erase(args.begin());
     return args;
   }
 
@@ -202,7 +166,7 @@ class TrainClusterTest : public ::testing::Test {
   // sampled rollout k: the trainer's weights reached the engines each time.
   void expect_rollouts_with_fresh_weights(size_t rollouts) {
     std::vector<json> rollout_lines, step_lines;
-    for (const json& line : read_lines(dir_ + "/out/metrics.jsonl")) {
+    for (const json& line : ::ooze::testing::read_json_lines(dir_ + "/out/metrics.jsonl")) {
       (line.contains("train/step") ? step_lines : rollout_lines).push_back(line);
     }
     ASSERT_EQ(rollout_lines.size(), rollouts);

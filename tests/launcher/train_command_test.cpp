@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/launcher/tiny_train_command.h"
 #include "tests/rollout/tiny_model.h"
 #include "tests/support/process.h"
 
@@ -22,25 +23,6 @@ using ::ooze::testing::ooze_binary;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
-std::string write_prompts(const std::string& path, int count) {
-  std::ofstream out(path);
-  for (int i = 0; i < count; ++i) {
-    out << json{{"input", std::to_string(i) + "+" + std::to_string(i) + "="},
-                {"label", std::to_string(2 * i)}}
-               .dump()
-        << "\n";
-  }
-  return path;
-}
-
-std::vector<json> read_lines(const std::string& path) {
-  std::vector<json> lines;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(json::parse(line));
-  return lines;
-}
-
 struct TrainRun {
   std::vector<json> rollouts;  // one line per rollout
   std::vector<json> steps;     // one line per optimizer step
@@ -50,48 +32,16 @@ struct TrainRun {
   std::string output;
 };
 
-// `ooze train` on the tiny model: 8 prompts, rollouts of 2 groups of 4 samples, random
-// rewards, output in DIR/out; `flags` come after (later flags win).
-std::vector<std::string> train_command(const std::string& dir,
-                                       const std::vector<std::string>& flags) {
-  std::vector<std::string> command = {ooze_binary(),
-                                      "train",
-                                      "--hf-checkpoint",
-                                      rollout::testing::tiny_model_dir(),
-                                      "--prompt-data",
-                                      write_prompts(dir + "/train.jsonl", 8),
-                                      "--label-key",
-                                      "label",
-                                      "--rm-type",
-                                      "random",
-                                      "--rollout-batch-size",
-                                      "2",
-                                      "--n-samples-per-prompt",
-                                      "4",
-                                      "--rollout-max-response-len",
-                                      "8",
-                                      "--num-rollout",
-                                      "3",
-                                      "--global-batch-size",
-                                      "4",
-                                      "--lr",
-                                      "1e-3",
-                                      "--output-dir",
-                                      dir + "/out"};
-  command.insert(command.end(), flags.begin(), flags.end());
-  return command;
-}
-
 TrainRun train(const std::string& name, const std::vector<std::string>& flags) {
   const std::string dir = ::ooze::testing::make_temp_dir("train-command-" + name);
-  const std::vector<std::string> command = train_command(dir, flags);
+  const std::vector<std::string> command = ::ooze::testing::tiny_train_command(dir, flags);
   ::ooze::testing::Process run(command, {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
   const ::ooze::testing::ExitStatus status = run.wait(180s);
   EXPECT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << run.output();
   TrainRun result;
   result.dir = dir;
   result.output = run.output();
-  for (const json& line : read_lines(dir + "/out/metrics.jsonl")) {
+  for (const json& line : ::ooze::testing::read_json_lines(dir + "/out/metrics.jsonl")) {
     (line.contains("train/step") ? result.steps : result.rollouts).push_back(line);
   }
   const std::filesystem::path events = dir + "/out/tensorboard";
@@ -181,7 +131,7 @@ TEST(TrainCommandTest, SavedRolloutsTrainAgainWithoutEnginesToTheSameSteps) {
 // One field of every sample of a rollout, in order, from what --save-debug-rollout-data wrote.
 std::vector<json> field_of(const std::string& path, const char* field) {
   std::vector<json> values;
-  for (const json& sample : read_lines(path)) values.push_back(sample[field]);
+  for (const json& sample : ::ooze::testing::read_json_lines(path)) values.push_back(sample[field]);
   return values;
 }
 
@@ -296,7 +246,7 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
     for (std::string& flag : flags) {
       if (flag.rfind("DIR", 0) == 0) flag = dir + flag.substr(3);
     }
-    std::vector<std::string> command = train_command(dir, flags);
+    std::vector<std::string> command = ::ooze::testing::tiny_train_command(dir, flags);
     ::ooze::testing::Process run(command, {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
     const ::ooze::testing::ExitStatus status = run.wait(60s);
     EXPECT_TRUE(status.exited && status.code != 0) << status.describe();

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/checksum.h"
-#include "tests/rollout/tiny_model.h"
+#include "tests/launcher/tiny_train_command.h"
 #include "tests/support/process.h"
 
 namespace ooze::launcher {
@@ -142,53 +142,26 @@ Worker worker_labelled(const std::string& session, const std::string& label) {
   return Worker{};
 }
 
-std::string write_prompts(const std::string& path) {
-  std::ofstream out(path);
-  for (int i = 0; i < 8; ++i) {
-    out << json{{"input", std::to_string(i) + "+" + std::to_string(i) + "="},
-                {"label", std::to_string(2 * i)}}
-               .dump()
-        << "\n";
-  }
-  return path;
-}
-
-// Two trainer ranks and one engine on the tiny model, a checkpoint after every rollout, and far
-// more rollouts than the test lets it run.
+// The launcher tests' tiny `ooze train` with two trainer ranks and one engine, a checkpoint
+// after every rollout, and far more rollouts than the test lets it run.
 std::vector<std::string> train_command(const std::string& dir,
                                        const std::vector<std::string>& flags = {}) {
-  std::vector<std::string> command = {ooze_binary(),
-                                      "train",
-                                      "--hf-checkpoint",
-                                      rollout::testing::tiny_model_dir(),
-                                      "--prompt-data",
-                                      write_prompts(dir + "/train.jsonl"),
-                                      "--label-key",
-                                      "label",
-                                      "--rm-type",
-                                      "random",
-                                      "--rollout-batch-size",
-                                      "2",
-                                      "--n-samples-per-prompt",
-                                      "2",
-                                      "--rollout-max-response-len",
-                                      "4",
-                                      "--global-batch-size",
-                                      "4",
-                                      "--num-rollout",
-                                      "100000",
-                                      "--actor-num-gpus-per-node",
-                                      "2",
-                                      "--rollout-num-gpus",
-                                      "1",
-                                      "--save",
-                                      dir + "/save",
-                                      "--save-interval",
-                                      "1",
-                                      "--output-dir",
-                                      dir + "/out"};
-  command.insert(command.end(), flags.begin(), flags.end());
-  return command;
+  std::vector<std::string> job = {"--n-samples-per-prompt",
+                                  "2",
+                                  "--rollout-max-response-len",
+                                  "4",
+                                  "--num-rollout",
+                                  "100000",
+                                  "--actor-num-gpus-per-node",
+                                  "2",
+                                  "--rollout-num-gpus",
+                                  "1",
+                                  "--save",
+                                  dir + "/save",
+                                  "--save-interval",
+                                  "1"};
+  job.insert(job.end(), flags.begin(), flags.end());
+  return ::ooze::testing::tiny_train_command(dir, job);
 }
 
 // A run of the job, started and let run until its first checkpoint is on disk.
