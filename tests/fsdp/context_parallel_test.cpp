@@ -99,10 +99,11 @@ PackingOptions packing_options(int64_t cp_size) {
 struct LossCase {
   std::string name;
   TrainStepOptions options;
+  int64_t num_samples = 0;  // the first ones of the global batch; 0: all
 };
 
 std::vector<LossCase> loss_cases(int64_t cp_size) {
-  std::vector<LossCase> cases(3);
+  std::vector<LossCase> cases(4);
   cases[0].name = "sft token-mean";
   cases[0].options.loss_type = LossType::kSftLoss;
   cases[0].options.loss_aggregation = algorithms::LossAggregation::kTokenMean;
@@ -119,6 +120,12 @@ std::vector<LossCase> loss_cases(int64_t cp_size) {
     c.options.packing = packing_options(cp_size);
     c.options.clip_grad = 0.5;
   }
+  // One sample per micro-batch, 5 samples: with D = 2 one group has a micro-batch fewer and
+  // runs an empty one (a padding token split across its CP ranks) while the other trains.
+  cases[3].name = "ppo one sample per micro-batch";
+  cases[3].options.packing.use_dynamic_batch_size = false;
+  cases[3].options.packing.micro_batch_size = 1;
+  cases[3].num_samples = 5;
   return cases;
 }
 
@@ -200,17 +207,36 @@ void run_scenario(const Scenario& scenario, const std::shared_ptr<comm::Communic
           "log-probs differ by " + std::to_string(log_prob_diff) + ", entropy by " +
               std::to_string(entropy_diff));
     if (report) {
-      std::printf("%s: max |log-prob - plain| %.3g, max |entropy - plain| %.3g\n",
-                  scenario.name.c_str(), log_prob_diff, entropy_diff);
+      // For scale: the plain model's own log-probs when the batch is packed another way (all
+      // of it in one micro-batch), which changes only the order of fp32 roundings.
+      PackingOptions whole = packing_options(1);
+      whole.max_tokens_per_gpu = 1000;
+      const ResponseLogProbs repacked = compute_log_probs(plain, batch, whole, 0.8, true);
+      double repacked_diff = 0;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        repacked_diff =
+            std::max(repacked_diff, max_abs_diff(repacked.log_probs[i], want.log_probs[i]));
+      }
+      std::printf(
+          "%s: max |log-prob - plain| %.3g, max |entropy - plain| %.3g (plain repacked: "
+          "log-probs move by %.3g)\n",
+          scenario.name.c_str(), log_prob_diff, entropy_diff, repacked_diff);
     }
   }
 
   // The gradient of one step, for each loss.
   for (const LossCase& loss : loss_cases(cp)) {
     TrainStepOptions plain_step = loss.options;
-    plain_step.packing = packing_options(1);
-    const TrainStepOutput want = accumulate_gradients(plain, batch, plain_step);
-    const TrainStepOutput got = accumulate_gradients(model, subset(batch, mine), loss.options);
+    plain_step.packing.context_parallel_size = 1;
+    const std::vector<PackingSample> samples =
+        loss.num_samples > 0
+            ? subset(batch, std::vector<int64_t>(everything.begin(),
+                                                 everything.begin() + loss.num_samples))
+            : batch;
+    const std::vector<int64_t> share =
+        split_across_ranks(sample_lengths(samples), scenario.world, loss.options.packing)[rank];
+    const TrainStepOutput want = accumulate_gradients(plain, samples, plain_step);
+    const TrainStepOutput got = accumulate_gradients(model, subset(samples, share), loss.options);
     const auto want_grads = full_values(plain.sharded(), /*gradients=*/true);
     const auto got_grads = full_values(model.sharded(), /*gradients=*/true);
     double diff = 0, magnitude = 0;
