@@ -229,8 +229,9 @@ void add_batching_fields(ooze::ConfigSchema& schema, const PackingOptions& defau
                   "--micro-batch-size samples.");
   schema
       .add_int("max_tokens_per_gpu", defaults.max_tokens_per_gpu,
-               "Token budget of one micro-batch with --use-dynamic-batch-size; a longer sample "
-               "gets a micro-batch of its own.")
+               "Token budget of one micro-batch with --use-dynamic-batch-size, on each rank "
+               "(with context parallelism, of each rank's share); a longer sample gets a "
+               "micro-batch of its own.")
       .min(1);
   schema.add_bool("balance_data", defaults.balance_data,
                   "Balance token counts across data-parallel ranks (Karmarkar-Karp) instead of "
