@@ -164,10 +164,20 @@ TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
                       " samples (--rollout-batch-size * --n-samples-per-prompt)");
   }
   plan.steps_per_rollout = plan.rollout_samples / plan.global_batch_size;
-  if (plan.with_trainers && plan.global_batch_size < plan.world_size) {
+  // The C ranks of a context-parallel group share their samples: the batch is dealt over the
+  // world_size / C data-parallel groups.
+  const int64_t cp_size = config.get<int64_t>("context_parallel_size");
+  if (plan.with_trainers && plan.world_size % cp_size != 0) {
+    throw ConfigError("--context-parallel-size " + std::to_string(cp_size) +
+                      " does not divide the " + std::to_string(plan.world_size) +
+                      " trainer ranks (--actor-num-nodes * --actor-num-gpus-per-node)");
+  }
+  const int64_t dp_size = plan.world_size / cp_size;
+  if (plan.with_trainers && plan.global_batch_size < dp_size) {
     throw ConfigError("--global-batch-size " + std::to_string(plan.global_batch_size) +
-                      " is smaller than the " + std::to_string(plan.world_size) +
-                      " trainer ranks: every rank needs a sample per step");
+                      " is smaller than the " + std::to_string(dp_size) +
+                      " data-parallel groups of trainer ranks: every group needs a sample per "
+                      "step");
   }
 
   const algorithms::AlgorithmOptions algorithm = algorithms::AlgorithmOptions::from_config(config);

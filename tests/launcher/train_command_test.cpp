@@ -224,7 +224,9 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--global-batch-size", "3"}, "--global-batch-size 3 does not divide a rollout's 8 samples"},
       {{"--global-batch-size", "1", "--actor-num-gpus-per-node", "2"},
-       "--global-batch-size 1 is smaller than the 2 trainer ranks"},
+       "--global-batch-size 1 is smaller than the 2 data-parallel groups"},
+      {{"--actor-num-gpus-per-node", "2", "--context-parallel-size", "4"},
+       "--context-parallel-size 4 does not divide the 2 trainer ranks"},
       {{"--debug-train-only"}, "--debug-train-only starts no engine"},
       {{"--debug-rollout-only", "--load-debug-rollout-data", "x.jsonl"},
        "--debug-rollout-only trains nothing"},
