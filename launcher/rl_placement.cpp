@@ -50,10 +50,9 @@ void start_runtime(const Config& config, const TrainPlan& plan) {
                         "($OOZE_CLUSTER_DIR/token, default /tmp/ooze/cluster/token)");
     }
   } else {
-    // This machine alone: its GPUs as they are, and as many CPU slots as the job has bundles
-    // (a CPU machine's "GPUs").
+    // This machine alone: its GPUs as they are; without any, as many CPU slots as the job has
+    // bundles (a CPU machine's "GPUs").
     runtime.resources = actors::detect_node_resources();
-    runtime.resources["CPU"] = std::max<double>(plan.gpus_needed(), runtime.resources["CPU"]);
     if (runtime.resources.count("GPU") == 0) runtime.resources["CPU"] = plan.gpus_needed();
   }
   actors::init(runtime);
