@@ -26,14 +26,14 @@
 // models/, which keeps every query's probabilities for backward, O(T^2) per layer: about 34 GB of
 // activations at 16k tokens, more than this 24 GB machine has, so C = 1 trains on the largest
 // power of two that fits (8192 tokens, ~10 GB) and C = 2 is measured at that length for the
-// ratios. --long-training adds a C = 2 step on T tokens (~3.3 GB per rank; 2.5 more minutes on
-// two free cores), left out by default to keep the bench near 3 minutes.
+// ratios, then on T tokens (~3.3 GB per rank). All of it takes about 3 minutes on two free cores;
+// --no-long-training leaves out the C = 2 step on T tokens (about 80 s of them).
 //
 // Every process runs with one intra-op thread, so C = 2 uses two cores, one per rank: its times
 // mean something only when two cores are free. The ranks are real processes (this executable
 // re-executed) over Gloo on loopback.
 //
-//   bench_context_parallel_bench [--tokens T] [--c1-tokens N] [--long-training]
+//   bench_context_parallel_bench [--tokens T] [--c1-tokens N] [--no-long-training]
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <sys/wait.h>
@@ -596,16 +596,16 @@ int main(int argc, char** argv) {
                         std::atoi(argv[6]), argv[2], std::atoll(argv[7]));
     }
     int64_t tokens = kTokens, c1_tokens = kOneRankTokens;
-    bool long_training = false;
+    bool long_training = true;
     for (int i = 1; i < argc; ++i) {
       const std::string flag = argv[i];
-      if (flag == "--long-training") {
-        long_training = true;
+      if (flag == "--no-long-training") {
+        long_training = false;
       } else if ((flag == "--tokens" || flag == "--c1-tokens") && i + 1 < argc) {
         (flag == "--tokens" ? tokens : c1_tokens) = std::atoll(argv[++i]);
       } else {
         throw Error("unexpected argument '" + flag +
-                    "'; use --tokens T, --c1-tokens N and --long-training");
+                    "'; use --tokens T, --c1-tokens N and --no-long-training");
       }
     }
     if (tokens < 1 || c1_tokens < 1) {
