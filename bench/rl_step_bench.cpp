@@ -3,27 +3,30 @@
 // small random Qwen3 (hidden 128, 2 layers, byte tokenizer), the prompts are every single-digit
 // sum ({"input": "3+4=", "label": "7"}), rewarded by --rm-type f1. `ooze train` then runs GRPO
 // with the KL loss on 2 trainer ranks and 2 engines (rollouts of 16 prompts x 8 samples, 4
-// response tokens, one optimizer step of 64 samples twice per rollout), once with --colocate and
-// once without, OMP_NUM_THREADS=1 in every process. The first kWarmupRollouts rollouts of a run
-// are left out; the rest are averaged from OUT/metrics.jsonl. Each mode runs kRuns times,
-// alternating with the other, and the run with the shortest mean step counts, so a burst of
-// other work on the machine does not decide the comparison.
+// response tokens, one optimizer step of 64 samples twice per rollout) in three modes:
+// colocated (--colocate: on CPU slots trainer and engines share host memory without turns),
+// colocated_offload (--colocate --offload on: they take turns as on a GPU) and disaggregated,
+// OMP_NUM_THREADS=1 in every process. The first kWarmupRollouts rollouts of a run are left out;
+// the rest are averaged from OUT/metrics.jsonl. Each mode runs kRuns times, alternating with the
+// others, and the run with the shortest mean step counts, so a burst of other work on the
+// machine does not decide the comparison.
 //
-// Per mode (prefix colocated_ or disaggregated_):
+// Per mode (prefix colocated_, colocated_offload_ or disaggregated_):
 //   step_time          seconds of one rollout iteration (perf/step_time)
 //   rollout, wake_up, log_probs (the old policy's), ref (the reference's), train, sync (weight
 //   update), sleep, other
 //                      seconds of each phase, baseline the step time, ratio its share of the
-//                      step. wake_up and sleep: colocated, trainer and engines take turns on the
-//                      same devices (perf/wake_up_time: the engines release their memory and the
-//                      trainer wakes; perf/sleep_time: the engines resume and the trainer sleeps;
-//                      0 apart). other = step - the phases: driver work between them
+//                      step. wake_up and sleep: the turns of colocated_offload
+//                      (perf/wake_up_time: the engines release their memory and the trainer
+//                      wakes; perf/sleep_time: the engines resume and the trainer sleeps; 0
+//                      otherwise). other = step - the phases: driver work between them
 //                      (advantages, batching, metrics)
 //   samples_per_s      rollout_batch_size * n_samples_per_prompt / step time
 //   trainer_idle       seconds the trainer waits for the rollout (perf/train_wait_time),
 //                      baseline the step time, ratio the share of the step the trainer idles
 // Then colocated_vs_disaggregated_samples_per_s: the colocated samples/s against the
-// disaggregated ones as baseline; ratio > 1 means colocated steps are faster on this machine.
+// disaggregated ones as baseline (ratio > 1: colocated steps are faster on this machine), and
+// colocated_offload_vs_colocated_samples_per_s: what taking turns costs on CPU slots.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -228,7 +231,8 @@ StepSplit train_once(const ScopedTempDir& files, const std::string& ooze, const 
                                       std::to_string(kWarmupRollouts + kMeasuredRollouts),
                                       "--output-dir",
                                       out_dir};
-  if (mode == "colocated") command.push_back("--colocate");
+  if (mode != "disaggregated") command.push_back("--colocate");
+  if (mode == "colocated_offload") command.insert(command.end(), {"--offload", "on"});
   run_ooze(command, out_dir + ".log");
   return read_split(out_dir + "/metrics.jsonl");
 }
@@ -261,7 +265,7 @@ void run_bench() {
       files.path("model-init.log"));
   write_prompts(files.path("prompts.jsonl"));
 
-  const std::vector<std::string> modes = {"colocated", "disaggregated"};
+  const std::vector<std::string> modes = {"colocated", "colocated_offload", "disaggregated"};
   std::map<std::string, StepSplit> best;
   for (int run = 0; run < kRuns; ++run) {
     for (const std::string& mode : modes) {
@@ -275,6 +279,9 @@ void run_bench() {
   const double disaggregated = samples_per_second(best["disaggregated"]);
   print_line(bench, "colocated_vs_disaggregated_samples_per_s", colocated, "samples/s",
              disaggregated, colocated / disaggregated);
+  const double offloading = samples_per_second(best["colocated_offload"]);
+  print_line(bench, "colocated_offload_vs_colocated_samples_per_s", offloading, "samples/s",
+             colocated, offloading / colocated);
 }
 
 }  // namespace

@@ -103,7 +103,8 @@ RlLoop::RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData
 RlLoop::~RlLoop() = default;
 
 bool RlLoop::takes_turns() const {
-  return plan_.colocate && plan_.with_trainers && plan_.with_engines();
+  const bool offload = plan_.offload == "on" || (plan_.offload == "auto" && job_.on_gpus);
+  return offload && plan_.colocate && plan_.with_trainers && plan_.with_engines();
 }
 
 bool RlLoop::evaluating() const {

@@ -9,9 +9,9 @@
 //   6. report     a line of Slime's metrics (launcher/run_log.h);
 // with an evaluation every --eval-interval rollouts and a checkpoint every --save-interval.
 //
-// Colocated, a rank and an engine share a GPU, so they take turns: the trainer sleeps (its state
-// in host memory) while the engines generate, the engines release their memory while the
-// trainer scores and trains, and both are resident only for the weight sync.
+// Colocated on GPUs (or with --offload on), a rank and an engine take turns: the trainer sleeps
+// (its state in host memory) while the engines generate, the engines release their memory while
+// the trainer scores and trains, and both are resident only for the weight sync.
 //
 //   RlProcesses job = start_rl_processes(config, plan, init);
 //   RlLoop(config, plan, data, job, trainer, out).run();
@@ -55,7 +55,7 @@ class RlLoop {
   void evaluate(int64_t rollout_id);
   void save(int64_t next_rollout_id);
   bool evaluating() const;   // eval datasets and an --eval-interval were given
-  bool takes_turns() const;  // colocated engines and trainer share GPUs
+  bool takes_turns() const;  // colocated engines and trainer offload in turns (--offload)
   void on_every_engine(void (rollout::RolloutEngine::*method)());
 
   const Config& config_;

@@ -159,6 +159,7 @@ RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, cons
   start_runtime(config, plan);
   const std::string resource = slot_resource();
   RlProcesses job;
+  job.on_gpus = resource == "GPU";
   job.placement = reserve_bundles(plan, resource, cluster_address(config).address);
   log_placement(plan, *job.placement);
 

@@ -32,6 +32,7 @@ namespace ooze::launcher {
 
 struct RlProcesses {
   std::optional<actors::PlacementGroup> placement;
+  bool on_gpus = false;   // the bundles are GPUs (else CPU process slots)
   TrainerGroup trainers;  // empty with --debug-rollout-only
   std::vector<actors::ActorHandle<rollout::RolloutEngine>> engines;  // empty without engines
   std::unique_ptr<rollout::Router> router;  // over the engines' HTTP servers

@@ -37,6 +37,11 @@ ConfigSchema build_schema() {
                   "Engines share the trainer ranks' GPUs and receive weights through shared "
                   "memory (CUDA IPC); otherwise they have GPUs of their own and receive weights "
                   "by broadcast.");
+  schema.add_enum("offload", {"auto", "on", "off"}, "auto",
+                  "Colocated: the trainer and the engines take turns on each GPU (the trainer's "
+                  "state in host memory while the engines generate, the engines' memory released "
+                  "while it trains). auto: on GPUs, not on CPU slots, which share host memory "
+                  "anyway.");
   schema.section("engines");
   schema.add_int("engine_max_running_requests", 64, "Sequences each engine decodes at once.")
       .min(1);
@@ -132,6 +137,7 @@ TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
   plan.num_engines =
       static_cast<int>(rollout_gpus / config.get<int64_t>("rollout_num_gpus_per_engine"));
   plan.colocate = config.get<bool>("colocate");
+  plan.offload = config.get<std::string>("offload");
   plan.with_trainers = !config.get<bool>("debug_rollout_only");
   if (!config.get<std::string>("load_debug_rollout_data").empty()) {
     plan.source = RolloutSource::kDebugData;

@@ -27,7 +27,8 @@ struct TrainPlan {
   int actor_gpus_per_node = 1;
   int world_size = 1;  // trainer ranks
   int num_engines = 1;
-  bool colocate = false;  // engines share the trainer ranks' GPUs
+  bool colocate = false;         // engines share the trainer ranks' GPUs
+  std::string offload = "auto";  // --offload: whether colocated trainer and engines take turns
   // The GPUs the job asks of the cluster: colocated, the trainer's; else trainer's + engines'.
   int gpus_needed() const;
 

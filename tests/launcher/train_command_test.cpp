@@ -77,9 +77,14 @@ void expect_slime_invariants(const TrainRun& run) {
 TEST(TrainCommandTest, TwoRanksAndTwoColocatedEnginesKeepSlimesInvariants) {
   if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::string exported = ::ooze::testing::make_temp_dir("train-command-export") + "/model";
-  const TrainRun run = train("colocated", {"--actor-num-gpus-per-node", "2", "--rollout-num-gpus",
-                                           "2", "--colocate", "--save-hf", exported});
+  const TrainRun run =
+      train("colocated", {"--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "2", "--colocate",
+                          "--offload", "on", "--save-hf", exported});
   expect_slime_invariants(run);
+  for (const json& rollout : run.rollouts) {  // the trainer and the engines took turns
+    EXPECT_TRUE(rollout.contains("perf/wake_up_time") && rollout.contains("perf/sleep_time"))
+        << rollout.dump();
+  }
   EXPECT_EQ(run.config["colocate"], true) << "the effective config was not saved";
   EXPECT_EQ(run.config["global_batch_size"], 4);
   EXPECT_TRUE(run.tensorboard_written) << "no TensorBoard event file in OUT/tensorboard";
