@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
+#include "bench/timed_communicator.h"
 #include "comm/communicator.h"
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
@@ -76,6 +77,7 @@ extern char** environ;
 
 using Clock = std::chrono::steady_clock;
 using namespace ooze;
+using ooze::bench::TimedCommunicator;
 
 namespace {
 
@@ -141,91 +143,6 @@ class CountingCpuAllocator final : public c10::Allocator {
   }
   static inline std::atomic<int64_t> current_{0};
   static inline std::atomic<int64_t> peak_{0};
-};
-
-// Adds the wall time of every wait() to a shared nanosecond counter.
-class TimedWork : public comm::Work {
- public:
-  TimedWork(comm::WorkPtr inner, std::shared_ptr<std::atomic<int64_t>> blocked_ns)
-      : inner_(std::move(inner)), blocked_ns_(std::move(blocked_ns)) {}
-  void wait() override {
-    const auto start = Clock::now();
-    inner_->wait();
-    *blocked_ns_ +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-  }
-  bool is_completed() override { return inner_->is_completed(); }
-
- private:
-  comm::WorkPtr inner_;
-  std::shared_ptr<std::atomic<int64_t>> blocked_ns_;
-};
-
-// A Communicator that forwards everything to `inner` and counts the time its caller spends in
-// it: issuing each operation and waiting for it. Groups made from it count into the same total.
-class TimedCommunicator : public comm::Communicator {
- public:
-  explicit TimedCommunicator(
-      std::shared_ptr<comm::Communicator> inner,
-      std::shared_ptr<std::atomic<int64_t>> blocked_ns = std::make_shared<std::atomic<int64_t>>(0))
-      : inner_(std::move(inner)), blocked_ns_(std::move(blocked_ns)) {}
-
-  double blocked_seconds() const { return static_cast<double>(blocked_ns_->load()) * 1e-9; }
-  void reset() { *blocked_ns_ = 0; }
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  const std::string& name() const override { return inner_->name(); }
-  const char* backend() const override { return inner_->backend(); }
-  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
-
-  comm::WorkPtr all_reduce_async(const at::Tensor& tensor, comm::ReduceOp op) override {
-    return timed([&] { return inner_->all_reduce_async(tensor, op); });
-  }
-  comm::WorkPtr all_gather_async(const at::Tensor& output, const at::Tensor& input) override {
-    return timed([&] { return inner_->all_gather_async(output, input); });
-  }
-  comm::WorkPtr all_gather_v_async(const at::Tensor& output, const at::Tensor& input,
-                                   const std::vector<int64_t>& counts) override {
-    return timed([&] { return inner_->all_gather_v_async(output, input, counts); });
-  }
-  comm::WorkPtr reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
-                                     comm::ReduceOp op) override {
-    return timed([&] { return inner_->reduce_scatter_async(output, input, op); });
-  }
-  comm::WorkPtr reduce_scatter_v_async(const at::Tensor& output, const at::Tensor& input,
-                                       const std::vector<int64_t>& counts,
-                                       comm::ReduceOp op) override {
-    return timed([&] { return inner_->reduce_scatter_v_async(output, input, counts, op); });
-  }
-  comm::WorkPtr broadcast_async(const at::Tensor& tensor, int root) override {
-    return timed([&] { return inner_->broadcast_async(tensor, root); });
-  }
-  comm::WorkPtr send_async(const at::Tensor& tensor, int dst, uint32_t tag) override {
-    return timed([&] { return inner_->send_async(tensor, dst, tag); });
-  }
-  comm::WorkPtr recv_async(const at::Tensor& tensor, int src, uint32_t tag) override {
-    return timed([&] { return inner_->recv_async(tensor, src, tag); });
-  }
-  comm::WorkPtr barrier_async() override {
-    return timed([&] { return inner_->barrier_async(); });
-  }
-  std::shared_ptr<comm::Communicator> new_group(const std::vector<int>& ranks,
-                                                const std::string& name) override {
-    return std::make_shared<TimedCommunicator>(inner_->new_group(ranks, name), blocked_ns_);
-  }
-
- private:
-  comm::WorkPtr timed(const std::function<comm::WorkPtr()>& issue) {
-    const auto start = Clock::now();
-    comm::WorkPtr work = issue();
-    *blocked_ns_ +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-    return std::make_shared<TimedWork>(std::move(work), blocked_ns_);
-  }
-
-  std::shared_ptr<comm::Communicator> inner_;
-  std::shared_ptr<std::atomic<int64_t>> blocked_ns_;
 };
 
 // What a worker reports: named numbers, written by rank 0 as "name value" lines.
