@@ -1,12 +1,13 @@
-# Sourced by examples/demo/run.sh and the algorithm scripts (examples/algorithms): the CPU
-# demo's task and its supervised warm start.
+# Sourced by the CPU examples (examples/demo/run.sh, examples/algorithms, the reward plugin and
+# multi-turn runs): a task and its supervised warm start.
 #   OUT/task/{train,eval,sft}.jsonl   single-digit addition (examples/demo/make_task.sh)
 #   OUT/sft/model                     the warm start: a tiny Qwen3 (hidden 128, 2 layers, byte
 #                                     tokenizer) trained for SFT_STEPS supervised steps on noisy
 #                                     demonstrations; it answers in the right format, rarely right
 # Skipped when WARM_START already names a model directory (an earlier run's OUT/sft/model).
-# Reads OUT, BUILD_DIR (build), SEED (1), SFT_STEPS (160), WARM_START; sets OOZE, TASK, SEED,
-# WARM_START.
+# Reads OUT, BUILD_DIR (build), SEED (1), SFT_STEPS (160), WARM_START, MAKE_TASK (the task's
+# generator, called as MAKE_TASK DIR SEED STEPS; default the demo's make_task.sh) and
+# SFT_EXTRA_ARGS (an array of more flags for the warm start); sets OOZE, TASK, SEED, WARM_START.
 BUILD_DIR="${BUILD_DIR:-build}"
 SEED="${SEED:-1}"
 SFT_STEPS="${SFT_STEPS:-160}"
@@ -23,7 +24,7 @@ fi
 mkdir -p "$OUT"
 # A fresh run: metrics.jsonl and TensorBoard files would otherwise grow across reruns.
 rm -rf "$OUT/metrics.jsonl" "$OUT/tensorboard"
-"$(dirname "${BASH_SOURCE[0]}")/make_task.sh" "$TASK" "$SEED" "$SFT_STEPS"
+"${MAKE_TASK:-$(dirname "${BASH_SOURCE[0]}")/make_task.sh}" "$TASK" "$SEED" "$SFT_STEPS"
 
 if [ -z "$WARM_START" ]; then
   echo "warm start: $SFT_STEPS supervised steps on noisy demonstrations ($OUT/sft.log)"
@@ -39,6 +40,7 @@ if [ -z "$WARM_START" ]; then
     --actor-num-gpus-per-node 2
     --lr 3e-3
     --output-dir "$OUT/sft" --save-hf "$OUT/sft/model"
+    ${SFT_EXTRA_ARGS[@]+"${SFT_EXTRA_ARGS[@]}"}
   )
   "$OOZE" train "${SFT_ARGS[@]}" > "$OUT/sft.log" 2>&1 ||
     { tail -n 20 "$OUT/sft.log" >&2; exit 1; }

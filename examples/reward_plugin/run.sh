@@ -19,54 +19,17 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${OUT:-runs/reward_plugin}"
-BUILD_DIR="${BUILD_DIR:-build}"
 NUM_ROLLOUT="${NUM_ROLLOUT:-100}"
 EVAL_INTERVAL="${EVAL_INTERVAL:-50}"
-SEED="${SEED:-1}"
-SFT_STEPS="${SFT_STEPS:-160}"
-WARM_START="${WARM_START:-}"
-PLUGIN="${PLUGIN:-}"
-OOZE="$BUILD_DIR/launcher/ooze"
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-mkdir -p "$OUT"
-rm -rf "$OUT/metrics.jsonl" "$OUT/tensorboard"
-
-if [ -z "$PLUGIN" ]; then
-  echo "plugin: installing ooze's plugin files into $OUT/sdk and building against them"
-  generator=()
-  if command -v ninja > /dev/null; then generator=(-G Ninja); fi
-  {
-    cmake --install "$BUILD_DIR" --prefix "$OUT/sdk" &&
-      cmake -S "$here" -B "$OUT/plugin" "${generator[@]}" -DCMAKE_PREFIX_PATH="$OUT/sdk" &&
-      cmake --build "$OUT/plugin"
-  } > "$OUT/plugin.log" 2>&1 || { tail -n 20 "$OUT/plugin.log" >&2; exit 1; }
-  PLUGIN="$OUT/plugin/libmath_format_reward.so"
-fi
-
-"$here/make_task.sh" "$OUT/task" "$SEED" "$SFT_STEPS"
-if [ -z "$WARM_START" ]; then
-  echo "warm start: $SFT_STEPS supervised steps on demonstrations ($OUT/sft.log)"
-  "$OOZE" model init --arch qwen3 --hidden-size 128 --layers 2 --heads 4 --kv-heads 2 \
-    --tokenizer byte --seed "$SEED" --out "$OUT/init" > "$OUT/init.log"
-  SFT_ARGS=(
-    --hf-checkpoint "$OUT/init"
-    --prompt-data "$OUT/task/sft.jsonl" --input-key input --label-key label
-    --rollout-function-path sft --loss-type sft_loss --debug-train-only
-    --rollout-shuffle --rollout-seed "$SEED"
-    --rollout-batch-size 100 --n-samples-per-prompt 1 --global-batch-size 100
-    --micro-batch-size 50 --num-rollout "$SFT_STEPS"
-    --actor-num-gpus-per-node 2
-    --lr 3e-3
-    --output-dir "$OUT/sft" --save-hf "$OUT/sft/model"
-  )
-  "$OOZE" train "${SFT_ARGS[@]}" > "$OUT/sft.log" 2>&1 ||
-    { tail -n 20 "$OUT/sft.log" >&2; exit 1; }
-  WARM_START="$OUT/sft/model"
-fi
+BUILD_DIR="${BUILD_DIR:-build}"
+PLUGIN_LIBRARY=libmath_format_reward.so
+source "$here/../build_plugin.sh"  # PLUGIN: OUT/plugin/libmath_format_reward.so unless given
+MAKE_TASK="$here/make_task.sh"
+source "$here/../demo/warm_start.sh"  # OUT/task and, unless WARM_START names one, OUT/sft/model
 
 MODEL_ARGS=(--hf-checkpoint "$WARM_START")
 ROLLOUT_ARGS=(
-  --prompt-data "$OUT/task/train.jsonl" --input-key input --label-key label
+  --prompt-data "$TASK/train.jsonl" --input-key input --label-key label
   --custom-rm-path "$PLUGIN:math_with_format_bonus" --reward-key score
   --rollout-shuffle --rollout-seed "$SEED" --sampling-seed "$SEED"
   --num-rollout "$NUM_ROLLOUT" --rollout-batch-size 16 --n-samples-per-prompt 16
@@ -74,7 +37,7 @@ ROLLOUT_ARGS=(
   --global-batch-size 128 --micro-batch-size 64
 )
 EVAL_ARGS=(
-  --eval-prompt-data add,"$OUT/task/eval.jsonl" --eval-interval "$EVAL_INTERVAL"
+  --eval-prompt-data add,"$TASK/eval.jsonl" --eval-interval "$EVAL_INTERVAL"
   --n-samples-per-eval-prompt 4 --eval-max-response-len 32 --eval-temperature 1.0
 )
 GRPO_ARGS=(--advantage-estimator grpo --eps-clip 0.2 --entropy-coef 0.0)
