@@ -36,19 +36,16 @@
 //   bench_context_parallel_bench [--tokens T] [--c1-tokens N] [--no-long-training]
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
-#include <sys/wait.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -59,6 +56,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
+#include "bench/rank_processes.h"
 #include "bench/timed_communicator.h"
 #include "comm/communicator.h"
 #include "comm/gloo_communicator.h"
@@ -73,7 +71,6 @@
 #include "models/ring_attention.h"
 #include "models/transformer.h"
 
-extern char** environ;
 
 using Clock = std::chrono::steady_clock;
 using namespace ooze;
@@ -309,61 +306,14 @@ int run_worker(int rank, int world_size, int port, int report_fd, const std::str
 // Starts `world_size` worker processes (this executable, re-executed), waits for them and
 // returns rank 0's report; throws ooze::Error when a worker fails.
 Report run_workers(int world_size, const std::string& job, int64_t tokens) {
-  comm::TcpStoreServer store("127.0.0.1", 0);
-  const std::string port = std::to_string(store.port());
-  int report_pipe[2];
-  if (::pipe(report_pipe) != 0) {
-    throw Error(std::string("pipe() failed: ") + std::strerror(errno));
-  }
-  const std::string report_fd = std::to_string(report_pipe[1]);
   const std::string world = std::to_string(world_size);
-  const std::string length = std::to_string(tokens);
-
-  // The workers' environment, built before fork: ours with OMP_NUM_THREADS=1.
-  std::vector<std::string> env_strings{"OMP_NUM_THREADS=1"};
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env_strings.emplace_back(*e);
-  }
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world_size; ++rank) {
-    const std::string r = std::to_string(rank);
-    std::vector<const char*> args{"bench_context_parallel_bench",
-                                  "--worker",
-                                  job.c_str(),
-                                  r.c_str(),
-                                  world.c_str(),
-                                  port.c_str(),
-                                  report_fd.c_str(),
-                                  length.c_str(),
-                                  nullptr};
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(report_pipe[0]);
-      ::execve("/proc/self/exe", const_cast<char* const*>(args.data()), envp.data());
-      ::_exit(127);
-    }
-    pids.push_back(pid);
-  }
-  ::close(report_pipe[1]);
-  std::string text;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = ::read(report_pipe[0], buffer, sizeof(buffer))) > 0) text.append(buffer, n);
-  ::close(report_pipe[0]);
-  bool failed = false;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = true;
-  }
-  if (failed) {
-    throw Error("a worker of the C = " + world + " run failed (see its stderr above)");
-  }
+  const std::string text = bench::run_rank_processes(
+      world_size,
+      [&](int rank, const std::string& port, const std::string& report_fd) {
+        return std::vector<std::string>{"--worker", job,       std::to_string(rank),  world,
+                                        port,       report_fd, std::to_string(tokens)};
+      },
+      "a worker of the C = " + world + " run");
   Report report;
   std::istringstream lines(text);
   std::string key;

@@ -26,18 +26,15 @@
 //
 //   bench_fsdp_training            # runs all three; starts the 2 ranks of W = 2 itself
 #include <ATen/Parallel.h>
-#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -45,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/rank_processes.h"
 #include "bench/timed_communicator.h"
 #include "comm/communicator.h"
 #include "comm/gloo_communicator.h"
@@ -59,7 +57,6 @@
 #include "models/model_config.h"
 #include "models/transformer.h"
 
-extern char** environ;
 
 using Clock = std::chrono::steady_clock;
 using namespace ooze;
@@ -246,51 +243,14 @@ int run_rank(int rank, int port, int report_fd) {
 
 // Starts the kWorld rank processes (this executable with --rank), waits for them and returns
 // rank 0's figures; throws ooze::Error when a rank fails.
-StepTimes run_world2(const char* argv0) {
-  comm::TcpStoreServer store("127.0.0.1", 0);
-  const std::string port = std::to_string(store.port());
-  int report_pipe[2];
-  if (::pipe(report_pipe) != 0) {
-    throw Error(std::string("bench_fsdp_training: pipe() failed: ") + std::strerror(errno));
-  }
-  const std::string report_fd = std::to_string(report_pipe[1]);
-
-  // The child's environment, built before fork: ours with OMP_NUM_THREADS=1.
-  std::vector<std::string> env_strings{"OMP_NUM_THREADS=1"};
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env_strings.emplace_back(*e);
-  }
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < kWorld; ++rank) {
-    const std::string r = std::to_string(rank);
-    std::vector<const char*> args{argv0,        "--rank",      r.c_str(),         "--port",
-                                  port.c_str(), "--report-fd", report_fd.c_str(), nullptr};
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(report_pipe[0]);
-      ::execve("/proc/self/exe", const_cast<char* const*>(args.data()), envp.data());
-      ::_exit(127);
-    }
-    pids.push_back(pid);
-  }
-  ::close(report_pipe[1]);
-  std::string report;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = ::read(report_pipe[0], buffer, sizeof(buffer))) > 0) report.append(buffer, n);
-  ::close(report_pipe[0]);
-  bool failed = false;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = true;
-  }
-  if (failed)
-    throw Error("bench_fsdp_training: a rank of the W = 2 run failed (see its stderr above)");
+StepTimes run_world2() {
+  const std::string report = bench::run_rank_processes(
+      kWorld,
+      [](int rank, const std::string& port, const std::string& report_fd) {
+        return std::vector<std::string>{"--rank", std::to_string(rank), "--port",
+                                        port,     "--report-fd",        report_fd};
+      },
+      "bench_fsdp_training: a rank of the W = 2 run");
 
   StepTimes times;
   std::istringstream lines(report);
@@ -342,7 +302,7 @@ void print_line(const std::string& name, int world, const StepTimes& times, doub
   std::fflush(stdout);
 }
 
-int run_bench(const char* argv0) {
+int run_bench() {
   at::set_num_threads(1);
   const models::ModelConfig config = bench_config();
   const std::string note =
@@ -367,7 +327,7 @@ int run_bench(const char* argv0) {
                 max_abs_param_diff(plain, fsdp_w1.model()));
   print_line("fsdp_w1", 1, w1, baseline, diff + note);
 
-  const StepTimes w2 = run_world2(argv0);
+  const StepTimes w2 = run_world2();
   const double ratio = kWorld * kTokensPerStep / median(w2.step_seconds) / baseline;
   char efficiency[64];
   std::snprintf(efficiency, sizeof(efficiency), ", \"scaling_efficiency\": %.4f", ratio / kWorld);
@@ -382,7 +342,7 @@ int main(int argc, char** argv) {
     if (argc == 7 && std::string(argv[1]) == "--rank") {
       return run_rank(std::atoi(argv[2]), std::atoi(argv[4]), std::atoi(argv[6]));
     }
-    return run_bench(argv[0]);
+    return run_bench();
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench_fsdp_training: %s\n", error.what());
     return 1;
