@@ -35,9 +35,7 @@
 //
 //   bench_context_parallel_bench [--tokens T] [--c1-tokens N] [--no-long-training]
 #include <ATen/Parallel.h>
-#include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,6 +59,7 @@
 #include "comm/communicator.h"
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
+#include "core/cpu_memory_counter.h"
 #include "core/error.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/packing.h"
@@ -103,44 +102,6 @@ models::ModelConfig bench_config() {
 }
 
 // --- measuring ------------------------------------------------------------------------------
-
-// Bytes held by the CPU allocator now, and the most since reset_peak(): wraps the default
-// allocator; a worker installs it before it builds anything it measures.
-class CountingCpuAllocator final : public c10::Allocator {
- public:
-  c10::DataPtr allocate(size_t bytes) const override {
-    c10::DataPtr inner = c10::GetDefaultCPUAllocator()->allocate(bytes);
-    void* data = inner.get();
-    auto* context = new Allocation{std::move(inner), static_cast<int64_t>(bytes)};
-    const int64_t now = current_.fetch_add(context->bytes) + context->bytes;
-    int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
-    return {data, context, &release, c10::Device(c10::DeviceType::CPU)};
-  }
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-#endif
-
-  static int64_t current() { return current_.load(); }
-  static int64_t peak() { return peak_.load(); }
-  static void reset_peak() { peak_.store(current_.load()); }
-
- private:
-  struct Allocation {
-    c10::DataPtr inner;
-    int64_t bytes;
-  };
-  static void release(void* context) {
-    auto* allocation = static_cast<Allocation*>(context);
-    current_.fetch_sub(allocation->bytes);
-    delete allocation;
-  }
-  static inline std::atomic<int64_t> current_{0};
-  static inline std::atomic<int64_t> peak_{0};
-};
 
 // What a worker reports: named numbers, written by rank 0 as "name value" lines.
 using Report = std::map<std::string, double>;
@@ -185,12 +146,12 @@ void train_one_sequence(const std::shared_ptr<TimedCommunicator>& world, int64_t
       fsdp::language_modeling_sample(random_tokens(tokens, vocab, 2))};
   if (world) world->barrier();
   if (world) world->reset();
-  CountingCpuAllocator::reset_peak();
-  const int64_t before = CountingCpuAllocator::current();
+  reset_peak_cpu_bytes();
+  const int64_t before = cpu_bytes_in_use();
   const auto start = Clock::now();
   const fsdp::TrainStepOutput out = fsdp::train_step(fsdp, optimizer, kLr, samples, step);
   const double seconds = bench::seconds_since(start);
-  const double activation = static_cast<double>(CountingCpuAllocator::peak() - before);
+  const double activation = static_cast<double>(peak_cpu_bytes() - before);
   const double comm_seconds = world ? world->blocked_seconds() : 0.0;
   report[name + ".step_s"] = max_over_ranks(world.get(), seconds);
   report[name + ".activation_bytes"] = max_over_ranks(world.get(), activation);
@@ -271,8 +232,7 @@ void attention_one_sequence(const std::shared_ptr<TimedCommunicator>& group,
 int run_worker(int rank, int world_size, int port, int report_fd, const std::string& job,
                int64_t tokens) {
   at::set_num_threads(1);
-  static CountingCpuAllocator counting;
-  c10::SetCPUAllocator(&counting, /*priority=*/100);
+  install_cpu_memory_counter();
   auto store =
       std::make_shared<comm::TcpStore>("127.0.0.1", port, rank, false, std::chrono::seconds(60));
   const auto timeout = std::chrono::seconds(600);

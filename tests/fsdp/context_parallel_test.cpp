@@ -13,11 +13,9 @@
 // rank of a 4096-token sequence at C = 1, 2 and 4 (counted by a wrapping CPU allocator). Also the
 // dealing: the ranks of a CP group get the same share, and the token budget counts a rank's share.
 #include <ATen/Parallel.h>
-#include <c10/core/CPUAllocator.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +34,7 @@
 
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
+#include "core/cpu_memory_counter.h"
 #include "core/error.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/packing.h"
@@ -355,44 +354,6 @@ void run_bf16_scenario(const Scenario& scenario, const std::shared_ptr<comm::Com
   }
 }
 
-// Bytes held by the CPU allocator now, and the most since reset_peak(): wraps the default
-// allocator; a rank installs it before it measures.
-class CountingCpuAllocator final : public c10::Allocator {
- public:
-  c10::DataPtr allocate(size_t bytes) const override {
-    c10::DataPtr inner = c10::GetDefaultCPUAllocator()->allocate(bytes);
-    void* data = inner.get();
-    auto* context = new Allocation{std::move(inner), static_cast<int64_t>(bytes)};
-    const int64_t now = current_.fetch_add(context->bytes) + context->bytes;
-    int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
-    return {data, context, &release, c10::Device(c10::DeviceType::CPU)};
-  }
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-#endif
-
-  static int64_t current() { return current_.load(); }
-  static int64_t peak() { return peak_.load(); }
-  static void reset_peak() { peak_.store(current_.load()); }
-
- private:
-  struct Allocation {
-    c10::DataPtr inner;
-    int64_t bytes;
-  };
-  static void release(void* context) {
-    auto* allocation = static_cast<Allocation*>(context);
-    current_.fetch_sub(allocation->bytes);
-    delete allocation;
-  }
-  static inline std::atomic<int64_t> current_{0};
-  static inline std::atomic<int64_t> peak_{0};
-};
-
 constexpr int64_t kMemoryTokens = 4096;
 
 // The activation memory of one training micro-batch of a single kMemoryTokens-token sequence
@@ -400,8 +361,7 @@ constexpr int64_t kMemoryTokens = 4096;
 // (parameters, gradient shards). Written to DIR/activation_bytes_rankR for the test to compare.
 void run_memory_scenario(const Scenario& scenario, const std::shared_ptr<comm::Communicator>& world,
                          const Check& check, const std::string& dir) {
-  static CountingCpuAllocator counting;
-  c10::SetCPUAllocator(&counting, /*priority=*/100);
+  install_cpu_memory_counter();
   FsdpTransformerOptions options;
   options.context_parallel_size = scenario.cp_size;
   options.cp_impl = scenario.impl;
@@ -414,10 +374,10 @@ void run_memory_scenario(const Scenario& scenario, const std::shared_ptr<comm::C
   step.packing.context_parallel_size = scenario.cp_size;
   accumulate_gradients(model, samples, step);  // buffers that live across steps come first
   model.zero_grad();
-  CountingCpuAllocator::reset_peak();
-  const int64_t before = CountingCpuAllocator::current();
+  reset_peak_cpu_bytes();
+  const int64_t before = cpu_bytes_in_use();
   accumulate_gradients(model, samples, step);
-  const int64_t activation = CountingCpuAllocator::peak() - before;
+  const int64_t activation = peak_cpu_bytes() - before;
   model.zero_grad();
   check(activation > 0, "no allocation was counted");
   std::ofstream(dir + "/activation_bytes_rank" + std::to_string(world->rank())) << activation;
