@@ -1,10 +1,11 @@
 // What the benchmarks share: the JSON result line DESIGN.md fixes,
 //   {"bench": ..., "metric": ..., "value": ..., "unit": ..., "baseline": ..., "ratio": ...}
 // (missing or non-finite numbers written as null: JSON has no NaN), a stopwatch, and a
-// temporary directory removed at exit.
+// temporary directory removed at exit, and the environment of the processes a benchmark starts.
 #pragma once
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "core/error.h"
 
@@ -67,5 +69,15 @@ class ScopedTempDir {
  private:
   std::string dir_;
 };
+
+// This process's environment ("NAME=value" each) with OMP_NUM_THREADS=1, for the processes a
+// benchmark starts: they share the machine's cores, one intra-op thread each.
+inline std::vector<std::string> one_thread_environment() {
+  std::vector<std::string> environment{"OMP_NUM_THREADS=1"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string(*e).rfind("OMP_NUM_THREADS=", 0) != 0) environment.emplace_back(*e);
+  }
+  return environment;
+}
 
 }  // namespace ooze::bench

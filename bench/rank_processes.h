@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "comm/tcp_store.h"
 #include "core/error.h"
 
@@ -36,11 +37,8 @@ inline std::string run_rank_processes(
   if (::pipe(report_pipe) != 0) {
     throw Error(what + ": pipe() failed: " + std::strerror(errno));
   }
-  // The ranks' environment, built before fork: ours with OMP_NUM_THREADS=1.
-  std::vector<std::string> env_strings{"OMP_NUM_THREADS=1"};
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env_strings.emplace_back(*e);
-  }
+  // The ranks' environment, built before fork.
+  std::vector<std::string> env_strings = one_thread_environment();
   std::vector<char*> envp;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);

@@ -47,7 +47,6 @@
 #include "bench/bench_support.h"
 #include "core/error.h"
 
-extern char** environ;
 
 namespace {
 
@@ -88,10 +87,7 @@ std::string tail_of(const std::string& path, size_t max_chars) {
 // Runs `argv` with OMP_NUM_THREADS=1, its stdout and stderr in `log_path`; throws with the log's
 // end when it fails.
 void run_ooze(const std::vector<std::string>& argv, const std::string& log_path) {
-  std::vector<std::string> env_strings{"OMP_NUM_THREADS=1"};
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env_strings.emplace_back(*e);
-  }
+  std::vector<std::string> env_strings = ooze::bench::one_thread_environment();
   std::vector<char*> envp;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
