@@ -107,8 +107,7 @@ std::string bundle_roles(const TrainPlan& plan, int b) {
   auto add = [&](const std::string& role) { roles += (roles.empty() ? "" : " + ") + role; };
   const int trainer_bundles = plan.with_trainers ? plan.world_size : 0;
   if (b < trainer_bundles) add("rank " + std::to_string(b));
-  const int first_engine = plan.colocate ? 0 : trainer_bundles;
-  const int engine = b - first_engine;
+  const int engine = b - plan.first_engine_bundle();
   if (plan.with_engines() && engine >= 0 && engine < plan.num_engines) {
     add("engine " + std::to_string(engine));
   }
@@ -133,27 +132,28 @@ void log_placement(const TrainPlan& plan, const actors::PlacementGroup& group) {
   OOZE_LOG(INFO) << line.str();
 }
 
-std::vector<actors::ActorHandle<rollout::RolloutEngine>> start_engines(
-    const Config& config, const TrainPlan& plan, const actors::PlacementGroup& group,
-    const std::string& resource) {
+}  // namespace
+
+actors::ActorHandle<rollout::RolloutEngine> spawn_engine(const Config& config,
+                                                         const TrainPlan& plan,
+                                                         const RlProcesses& job, int e) {
   rollout::EngineOptions engine;
   engine.model_dir = config.get<std::string>("hf_checkpoint");
   engine.max_running_requests = config.get<int64_t>("engine_max_running_requests");
   engine.kv_cache_memory_mb = config.get<int64_t>("engine_kv_cache_memory_mb");
   engine.intra_op_threads = static_cast<int>(config.get<int64_t>("engine_threads"));
-  const int first_bundle = plan.with_trainers && !plan.colocate ? plan.world_size : 0;
-  std::vector<actors::ActorHandle<rollout::RolloutEngine>> engines;
-  for (int e = 0; e < plan.num_engines; ++e) {
-    actors::ActorOptions options =
-        rollout::rollout_engine_actor_options({{resource, share_of_bundle(plan)}});
-    options.placement_group_id = group.id();
-    options.bundle_index = group.bundles().at(first_bundle + e).index;
-    engines.push_back(actors::spawn<rollout::RolloutEngine>(options, engine));
-  }
-  return engines;
+  actors::ActorOptions options =
+      rollout::rollout_engine_actor_options({{job.on_gpus ? "GPU" : "CPU", share_of_bundle(plan)}});
+  options.placement_group_id = job.placement->id();
+  options.bundle_index = job.placement->bundles().at(plan.first_engine_bundle() + e).index;
+  return actors::spawn<rollout::RolloutEngine>(options, engine);
 }
 
-}  // namespace
+std::string serve_engine(const actors::ActorHandle<rollout::RolloutEngine>& engine) {
+  // The first call waits for the engine to load its model.
+  return engine.call(&rollout::RolloutEngine::start_server, std::string(), 0, std::string())
+      .get(std::chrono::minutes(10));
+}
 
 RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, const TrainInit& init) {
   start_runtime(config, plan);
@@ -172,13 +172,12 @@ RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, cons
     actors::get_all(job.trainers.call_all(&TrainActor::init, init));
   }
   if (plan.with_engines()) {
-    job.engines = start_engines(config, plan, *job.placement, resource);
-    rollout::RouterOptions router;
-    for (const auto& engine : job.engines) {
-      router.engine_urls.push_back(
-          engine.call(&rollout::RolloutEngine::start_server, std::string(), 0, std::string())
-              .get(std::chrono::minutes(10)));
+    // Every engine loads its model at once; then their servers start.
+    for (int e = 0; e < plan.num_engines; ++e) {
+      job.engines.push_back(spawn_engine(config, plan, job, e));
     }
+    rollout::RouterOptions router;
+    for (const auto& engine : job.engines) router.engine_urls.push_back(serve_engine(engine));
     std::string urls;
     for (const std::string& url : router.engine_urls) urls += " " + url;
     OOZE_LOG(INFO) << "engines serving at" << urls;

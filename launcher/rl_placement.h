@@ -44,4 +44,12 @@ struct RlProcesses {
 // HTTP servers, the router, and connects the trainers to the engines.
 RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, const TrainInit& init);
 
+// Engine e of the job as start_rl_processes starts it (and a restart after a fault starts it
+// again): a RolloutEngine actor in its bundle, loading the initial model (--hf-checkpoint) ...
+actors::ActorHandle<rollout::RolloutEngine> spawn_engine(const Config& config,
+                                                         const TrainPlan& plan,
+                                                         const RlProcesses& job, int e);
+// ... and its HTTP server, once the model is loaded: returns its "http://NODE_ADDRESS:PORT".
+std::string serve_engine(const actors::ActorHandle<rollout::RolloutEngine>& engine);
+
 }  // namespace ooze::launcher

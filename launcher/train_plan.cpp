@@ -58,6 +58,51 @@ ConfigSchema build_schema() {
   schema.add_string("rollout_function_path", "",
                     "empty: the engines generate; sft: each prompt's --label-key text is its "
                     "response (supervised training with --loss-type sft_loss; no engine).");
+  schema.section("critic (--advantage-estimator ppo)");
+  schema.add_string("critic_load", "",
+                    "Hugging Face model directory the critic starts from (a score.weight value "
+                    "head, else a zero one); empty: the initial policy with a zero value head.");
+  schema.add_double("critic_lr", 0.0, "Peak learning rate of the critic; 0: --lr.").min(0);
+  schema.add_int("critic_num_nodes", 1, "Nodes of the critic.").min(1);
+  schema
+      .add_int("critic_num_gpus_per_node", 1,
+               "Critic ranks per node (a GPU each; a process slot on the CPU).")
+      .min(1);
+  schema
+      .add_int("num_critic_only_steps", 0,
+               "Rollouts at the start that train the critic alone; the policy stays put.")
+      .min(0);
+  schema.section("asynchronous training");
+  schema.add_bool("async", false,
+                  "Generate rollout k+1 while the trainer trains on rollout k (disaggregated "
+                  "placement only), syncing the weights after every rollout.");
+  schema
+      .add_int("max_staleness", 1,
+               "With --async: no trained sample has a token from weights more than this many "
+               "versions behind the policy it trains.")
+      .min(1);
+  schema.section("fault tolerance");
+  schema.add_bool("use_fault_tolerance", false,
+                  "Probe the engines' health; kill, restart and re-sync an engine that is dead "
+                  "or hung, re-issuing its unfinished requests on the others.");
+  schema
+      .add_double("rollout_health_check_interval", 30.0,
+                  "Seconds between two probes of every engine.")
+      .greater_than(0);
+  schema
+      .add_double("rollout_health_check_timeout", 30.0,
+                  "Seconds an engine has to answer a probe before it is deemed hung.")
+      .greater_than(0);
+  schema
+      .add_double("rollout_health_check_first_wait", 0.0,
+                  "Seconds after start-up before the first probe.")
+      .min(0);
+  schema.add_int("max_engine_restarts", 3, "Restarts of each engine before the job fails.").min(0);
+  schema
+      .add_int("max_restarts", 0,
+               "Restarts of the job from the last checkpoint (--save) after a trainer rank "
+               "dies; 0: it stops.")
+      .min(0);
   schema.section("output");
   schema.add_string("output_dir", "runs/train",
                     "Where config.json, metrics.jsonl and tensorboard/ go.");
@@ -122,10 +167,16 @@ ConfigSchema build_schema() {
 
 }  // namespace
 
-int TrainPlan::gpus_needed() const {
+int TrainPlan::first_engine_bundle() const { return with_trainers && !colocate ? world_size : 0; }
+
+int TrainPlan::first_critic_bundle() const {
   const int trainer = with_trainers ? world_size : 0;
   const int engines = with_engines() ? num_engines : 0;
   return colocate && with_trainers ? std::max(trainer, engines) : trainer + engines;
+}
+
+int TrainPlan::gpus_needed() const {
+  return first_critic_bundle() + (with_critic ? critic_world_size : 0);
 }
 
 TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
@@ -205,6 +256,53 @@ TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
 
   if (plan.needs_reference && !config.get<std::string>("ref_load").empty()) {
     check_model_directory(config.get<std::string>("ref_load"), "--ref-load");
+  }
+
+  plan.with_critic =
+      plan.with_trainers && algorithm.advantage.estimator == algorithms::AdvantageEstimator::kPpo;
+  if (plan.with_critic) {
+    plan.critic_world_size = static_cast<int>(config.get<int64_t>("critic_num_nodes") *
+                                              config.get<int64_t>("critic_num_gpus_per_node"));
+    if (plan.source == RolloutSource::kSft) {
+      throw ConfigError(
+          "--advantage-estimator ppo trains a critic on rewards, which the sft rollout does not "
+          "have: use another estimator with --rollout-function-path sft");
+    }
+    if (plan.critic_world_size % cp_size != 0 ||
+        plan.global_batch_size < plan.critic_world_size / cp_size) {
+      throw ConfigError("the critic's " + std::to_string(plan.critic_world_size) +
+                        " ranks (--critic-num-nodes * --critic-num-gpus-per-node) must be a "
+                        "multiple of --context-parallel-size " +
+                        std::to_string(cp_size) +
+                        " with a sample per data-parallel group in --global-batch-size " +
+                        std::to_string(plan.global_batch_size));
+    }
+    if (!config.get<std::string>("critic_load").empty()) {
+      check_model_directory(config.get<std::string>("critic_load"), "--critic-load");
+    }
+  }
+
+  plan.async_training = config.get<bool>("async");
+  plan.max_staleness = config.get<int64_t>("max_staleness");
+  if (plan.async_training) {
+    if (!plan.with_engines() || !plan.with_trainers) {
+      throw ConfigError(
+          "--async overlaps the engines' generation with training: it needs both (drop "
+          "--debug-rollout-only, --debug-train-only, --load-debug-rollout-data and "
+          "--rollout-function-path sft, or --async)");
+    }
+    if (plan.colocate) {
+      throw ConfigError(
+          "--async generates while the trainer trains, so the engines need GPUs of their own: "
+          "drop --colocate (or --async)");
+    }
+  }
+  plan.fault_tolerance = config.get<bool>("use_fault_tolerance");
+  plan.max_restarts = config.get<int64_t>("max_restarts");
+  if (plan.max_restarts > 0 && config.get<std::string>("save").empty()) {
+    throw ConfigError("--max-restarts " + std::to_string(plan.max_restarts) +
+                      " restarts the job from its last checkpoint: give --save DIR (and a "
+                      "--save-interval)");
   }
   return plan;
 }

@@ -29,8 +29,16 @@ struct TrainPlan {
   int num_engines = 1;
   bool colocate = false;         // engines share the trainer ranks' GPUs
   std::string offload = "auto";  // --offload: whether colocated trainer and engines take turns
-  // The GPUs the job asks of the cluster: colocated, the trainer's; else trainer's + engines'.
+  // The critic of --advantage-estimator ppo: ranks of its own, one bundle each after the
+  // trainer's and the engines'.
+  bool with_critic = false;
+  int critic_world_size = 0;
+  // The GPUs the job asks of the cluster: the trainer's and the engines' (colocated, the larger
+  // of the two), and the critic's.
   int gpus_needed() const;
+  // Where the engines' and the critic's bundles start in the placement group.
+  int first_engine_bundle() const;
+  int first_critic_bundle() const;
 
   // The run.
   int64_t num_rollout = 0;
@@ -42,12 +50,19 @@ struct TrainPlan {
   bool with_trainers = true;     // not with --debug-rollout-only
   bool needs_reference = false;  // a KL (loss or reward shaping) needs the reference model
   bool use_rollout_logprobs = false;
+  // --async: rollout k+1 is generated while the trainer trains on rollout k, at most
+  // max_staleness weight versions behind.
+  bool async_training = false;
+  int64_t max_staleness = 1;
+  bool fault_tolerance = false;  // --use-fault-tolerance
+  int64_t max_restarts = 0;      // --max-restarts
 
   bool with_engines() const { return source == RolloutSource::kEngines; }
 
   // Throws ConfigError, naming the flags, for what cannot run: batch sizes that do not divide,
-  // colocated engines that do not fit on the trainer's GPUs, a --ref-load that is not a model
-  // directory, flags that contradict the source of the samples.
+  // colocated engines that do not fit on the trainer's GPUs, a --ref-load or --critic-load that
+  // is not a model directory, flags that contradict the source of the samples, --async with
+  // --colocate.
   static TrainPlan resolve(const Config& config, int64_t num_prompts);
 };
 
