@@ -146,6 +146,11 @@ actors::ActorHandle<rollout::RolloutEngine> spawn_engine(const Config& config,
       rollout::rollout_engine_actor_options({{job.on_gpus ? "GPU" : "CPU", share_of_bundle(plan)}});
   options.placement_group_id = job.placement->id();
   options.bundle_index = job.placement->bundles().at(plan.first_engine_bundle() + e).index;
+  // With --use-fault-tolerance the runtime starts a dead engine again in its bundle (the engine
+  // supervisor then serves it and gives it the current weights).
+  if (plan.fault_tolerance) {
+    options.max_restarts = static_cast<int>(config.get<int64_t>("max_engine_restarts"));
+  }
   return actors::spawn<rollout::RolloutEngine>(options, engine);
 }
 
