@@ -41,7 +41,10 @@ std::string error_text(const std::string& body) {
 
 struct Router::Engine {
   std::string url;
-  std::unique_ptr<HttpClient> client;
+  std::shared_ptr<HttpClient> client;
+  // Grows with every replace_engine(): failures of requests sent to an earlier URL are not
+  // this engine's.
+  uint64_t generation = 0;
   bool alive = false;
   int64_t outstanding = 0;
   int64_t routed = 0;
@@ -80,7 +83,7 @@ Router::Router(RouterOptions options) : options_(std::move(options)) {
   client_options.connect_timeout = to_duration(options_.connect_timeout_s);
   for (const std::string& url : options_.engine_urls) {
     auto engine = std::make_unique<Engine>();
-    engine->client = std::make_unique<HttpClient>(url, client_options);
+    engine->client = std::make_shared<HttpClient>(url, client_options);
     engine->url = engine->client->url().to_string();
     if (!seen.insert(engine->url).second) {
       throw ConfigError("router: engine " + engine->url + " is given twice");
@@ -110,7 +113,12 @@ std::string Router::affinity_key(const json& body, const std::string& routing_ke
   return "";
 }
 
-size_t Router::choose_engine(const std::string& key, const std::vector<size_t>& excluded) {
+Router::Chosen Router::snapshot_locked(size_t index) const {
+  const Engine& engine = *engines_[index];
+  return Chosen{index, engine.client, engine.url, engine.generation};
+}
+
+Router::Chosen Router::choose_engine(const std::string& key, const std::vector<size_t>& excluded) {
   auto usable = [&](size_t index) {
     return engines_[index]->alive &&
            std::find(excluded.begin(), excluded.end(), index) == excluded.end();
@@ -150,7 +158,7 @@ size_t Router::choose_engine(const std::string& key, const std::vector<size_t>& 
   Engine& engine = *engines_[*chosen];
   ++engine.outstanding;
   ++engine.routed;
-  return *chosen;
+  return snapshot_locked(*chosen);
 }
 
 void Router::release(size_t engine) {
@@ -158,9 +166,10 @@ void Router::release(size_t engine) {
   --engines_[engine]->outstanding;
 }
 
-void Router::mark_failed(size_t index, const std::string& error) {
+void Router::mark_failed(const Chosen& chosen, const std::string& error) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Engine& engine = *engines_[index];
+  Engine& engine = *engines_[chosen.index];
+  if (engine.generation != chosen.generation) return;  // its old URL failed, not the new one
   ++engine.failed;
   ++engine.failure_epoch;
   engine.last_error = error;
@@ -202,17 +211,17 @@ RoutedResponse Router::route(const json& body, const RouteOptions& options, cons
   const std::string payload = body.dump();
   std::vector<size_t> failed;
   std::string last_failure;
+  std::string last_failed_url;
   while (true) {
-    size_t index = 0;
+    Chosen engine;
     try {
-      index = choose_engine(key, failed);
+      engine = choose_engine(key, failed);
     } catch (const NoLiveEngineError&) {
       if (failed.empty()) throw;
-      throw EngineFailedError(engines_[failed.back()]->url,
+      throw EngineFailedError(last_failed_url,
                               last_failure + "; no other engine is alive to retry on");
     }
-    Lease lease(*this, index);
-    Engine& engine = *engines_[index];
+    Lease lease(*this, engine.index);
     bool streamed = false;  // some of the response has reached the caller
     try {
       const HttpRequest request = engine_request("POST", path, payload);
@@ -229,11 +238,12 @@ RoutedResponse Router::route(const json& body, const RouteOptions& options, cons
       const bool slow = dynamic_cast<const HttpTimeoutError*>(&e) != nullptr && e.step() == "read";
       if (slow) {
         std::lock_guard<std::mutex> lock(mutex_);
-        ++engine.failed;
+        ++engines_[engine.index]->failed;
       } else {
-        mark_failed(index, e.what());
+        mark_failed(engine, e.what());
       }
       last_failure = "engine " + engine.url + " failed: " + e.what();
+      last_failed_url = engine.url;
       if (streamed) {
         throw EngineFailedError(engine.url, last_failure +
                                                 " (its response had started streaming, so the "
@@ -248,7 +258,7 @@ RoutedResponse Router::route(const json& body, const RouteOptions& options, cons
                             "sends such requests to another engine)");
       }
       OOZE_LOG(WARN) << "router: " << last_failure << "; retrying on another engine";
-      failed.push_back(index);
+      failed.push_back(engine.index);
     }
   }
 }
@@ -332,30 +342,35 @@ json Router::generate_stream(const json& body, const std::function<bool(const js
 RoutedResponse Router::get_from_any(const std::string& path) {
   std::vector<size_t> failed;
   while (true) {
-    size_t index = 0;
+    Chosen engine;
     try {
-      index = choose_engine("", failed);
+      engine = choose_engine("", failed);
     } catch (const NoLiveEngineError& e) {
       if (failed.empty()) throw;
       throw NoLiveEngineError(std::string("GET ") + path + " failed on every engine: " + e.what());
     }
-    Lease lease(*this, index);
-    Engine& engine = *engines_[index];
+    Lease lease(*this, engine.index);
     try {
       return {engine.client->send(engine_request("GET", path, "")), engine.url};
     } catch (const HttpError& e) {
-      mark_failed(index, e.what());  // a GET changes nothing: always safe to try the next one
-      failed.push_back(index);
+      mark_failed(engine, e.what());  // a GET changes nothing: always safe to try the next one
+      failed.push_back(engine.index);
     }
   }
 }
 
 std::vector<BroadcastResult> Router::broadcast(const std::string& path, const json& body) {
   const std::string payload = body.dump();
+  std::vector<Chosen> targets;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t index = 0; index < engines_.size(); ++index) {
+      targets.push_back(snapshot_locked(index));
+    }
+  }
   std::vector<std::future<BroadcastResult>> pending;
-  for (size_t index = 0; index < engines_.size(); ++index) {
-    pending.push_back(std::async(std::launch::async, [this, index, &path, &payload] {
-      Engine& engine = *engines_[index];
+  for (const Chosen& engine : targets) {
+    pending.push_back(std::async(std::launch::async, [this, &engine, &path, &payload] {
       BroadcastResult result;
       result.engine_url = engine.url;
       try {
@@ -363,7 +378,7 @@ std::vector<BroadcastResult> Router::broadcast(const std::string& path, const js
         result.status = response.status;
         result.body = response.body;
       } catch (const HttpError& e) {
-        mark_failed(index, e.what());
+        mark_failed(engine, e.what());
         result.body = e.what();
       }
       return result;
@@ -390,46 +405,94 @@ std::vector<EngineStatus> Router::engines() const {
   return statuses;
 }
 
+std::string Router::probe_health(const Chosen& engine) const {
+  HttpRequest request = engine_request("GET", "/health", "");
+  request.timeout = to_duration(options_.health_check_timeout_s);
+  try {
+    const HttpResponse response = engine.client->send(request);
+    if (response.ok()) return "";
+    return "GET " + engine.url + "/health answered " + std::to_string(response.status) + ": " +
+           error_text(response.body);
+  } catch (const HttpError& e) {
+    return e.what();
+  }
+}
+
+void Router::apply_health(const Chosen& checked, uint64_t failure_epoch,
+                          const std::string& problem) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Engine& engine = *engines_[checked.index];
+  if (engine.generation != checked.generation) return;  // replaced meanwhile: checked its old URL
+  if (problem.empty()) {
+    if (!engine.alive && engine.failure_epoch == failure_epoch) {
+      engine.alive = true;
+      OOZE_LOG(INFO) << "router: engine " << engine.url << " is in the rotation";
+    }
+  } else {
+    if (engine.alive) {
+      OOZE_LOG(WARN) << "router: engine " << engine.url
+                     << " leaves the rotation until its /health answers: " << problem;
+    }
+    engine.alive = false;
+    engine.last_error = problem;
+  }
+}
+
 void Router::check_health() {
+  std::vector<Chosen> targets;
   std::vector<uint64_t> epochs;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& engine : engines_) epochs.push_back(engine->failure_epoch);
+    for (size_t index = 0; index < engines_.size(); ++index) {
+      targets.push_back(snapshot_locked(index));
+      epochs.push_back(engines_[index]->failure_epoch);
+    }
   }
   // Checked in parallel, so one hung engine delays the round by one timeout, not one each.
   std::vector<std::future<std::string>> checks;  // "" when healthy, else why not
-  for (const auto& engine : engines_) {
-    checks.push_back(std::async(std::launch::async, [this, &engine]() -> std::string {
-      HttpRequest request = engine_request("GET", "/health", "");
-      request.timeout = to_duration(options_.health_check_timeout_s);
-      try {
-        const HttpResponse response = engine->client->send(request);
-        if (response.ok()) return "";
-        return "GET " + engine->url + "/health answered " + std::to_string(response.status) + ": " +
-               error_text(response.body);
-      } catch (const HttpError& e) {
-        return e.what();
-      }
-    }));
+  for (const Chosen& engine : targets) {
+    checks.push_back(
+        std::async(std::launch::async, [this, &engine] { return probe_health(engine); }));
   }
-  for (size_t index = 0; index < engines_.size(); ++index) {
-    const std::string problem = checks[index].get();
+  for (size_t index = 0; index < targets.size(); ++index) {
+    apply_health(targets[index], epochs[index], checks[index].get());
+  }
+}
+
+bool Router::replace_engine(size_t index, const std::string& url) {
+  HttpClientOptions client_options;
+  client_options.connect_timeout = to_duration(options_.connect_timeout_s);
+  auto client = std::make_shared<HttpClient>(url, client_options);  // ConfigError if malformed
+  const std::string normalized = client->url().to_string();
+  Chosen replaced;
+  uint64_t epoch = 0;
+  {
     std::lock_guard<std::mutex> lock(mutex_);
-    Engine& engine = *engines_[index];
-    if (problem.empty()) {
-      if (!engine.alive && engine.failure_epoch == epochs[index]) {
-        engine.alive = true;
-        OOZE_LOG(INFO) << "router: engine " << engine.url << " is in the rotation";
-      }
-    } else {
-      if (engine.alive) {
-        OOZE_LOG(WARN) << "router: engine " << engine.url
-                       << " leaves the rotation until its /health answers: " << problem;
-      }
-      engine.alive = false;
-      engine.last_error = problem;
+    if (index >= engines_.size()) {
+      throw ConfigError("router: replace_engine(" + std::to_string(index) + ", " + url +
+                        "): there are only " + std::to_string(engines_.size()) + " engines");
     }
+    for (size_t other = 0; other < engines_.size(); ++other) {
+      if (other != index && engines_[other]->url == normalized) {
+        throw ConfigError("router: replace_engine(" + std::to_string(index) + ", " + url +
+                          "): engine " + std::to_string(other) + " already serves there");
+      }
+    }
+    Engine& engine = *engines_[index];
+    OOZE_LOG(INFO) << "router: engine " << index << " moves from " << engine.url << " to "
+                   << normalized;
+    engine.url = normalized;
+    engine.client = std::move(client);
+    ++engine.generation;
+    ++engine.failure_epoch;  // a check of the old URL under way cannot vouch for the new one
+    engine.alive = false;
+    engine.last_error = "replaced; not checked yet";
+    replaced = snapshot_locked(index);
+    epoch = engine.failure_epoch;
   }
+  apply_health(replaced, epoch, probe_health(replaced));
+  std::lock_guard<std::mutex> lock(mutex_);
+  return engines_[index]->alive && engines_[index]->generation == replaced.generation;
 }
 
 void Router::health_loop() {

@@ -20,6 +20,8 @@
 // A request whose engine fails throws EngineFailedError naming the engine's URL, or, when the
 // caller allows it (RouteOptions::retry), is sent to another live engine; a response that has
 // already started streaming to the caller is never retried.
+// An engine restarted at a new URL takes its old one's place with replace_engine(): requests in
+// flight to the old URL end as they would have, and their failures no longer count against it.
 //
 // All methods are safe to call from any thread; each call blocks its own thread.
 #pragma once
@@ -154,6 +156,12 @@ class Router {
   // One round of health checks now, on the calling thread (what the periodic check does).
   void check_health();
 
+  // Engine `index` now serves at `url` (a restarted engine's new server): it is checked at once
+  // and joins the rotation when its /health answers 200 (returns whether it did; else the
+  // periodic check brings it in later). Its routing keys stay with it. Throws ConfigError for
+  // an index out of range or a malformed URL, or a URL another engine has.
+  bool replace_engine(size_t index, const std::string& url);
+
   // The affinity key of a request body: "key:" + routing_key when given, else the prompt
   // field that is present; empty when there is none (no affinity).
   static std::string affinity_key(const nlohmann::json& body, const std::string& routing_key);
@@ -161,11 +169,25 @@ class Router {
  private:
   struct Engine;
   class Lease;
+  // An engine as one request or check found it: its URL may change (replace_engine) while the
+  // request is in flight, so the request keeps the client it started with.
+  struct Chosen {
+    size_t index = 0;
+    std::shared_ptr<HttpClient> client;
+    std::string url;
+    uint64_t generation = 0;  // Engine::generation when chosen
+  };
 
   // Picks an engine (see the top of this file) and counts the request as outstanding on it.
-  size_t choose_engine(const std::string& key, const std::vector<size_t>& excluded);
+  Chosen choose_engine(const std::string& key, const std::vector<size_t>& excluded);
+  Chosen snapshot_locked(size_t index) const;
   void release(size_t engine);
-  void mark_failed(size_t engine, const std::string& error);
+  // Takes the engine out of the rotation, unless it was replaced since `chosen` was taken.
+  void mark_failed(const Chosen& chosen, const std::string& error);
+  // GET /health: "" when it answered 200, else why not.
+  std::string probe_health(const Chosen& engine) const;
+  // Puts the engine in or out of the rotation after a probe that started at `failure_epoch`.
+  void apply_health(const Chosen& engine, uint64_t failure_epoch, const std::string& problem);
   std::string describe_engines_locked() const;
   HttpRequest engine_request(const std::string& method, const std::string& path,
                              std::string body) const;

@@ -397,6 +397,132 @@ TEST_F(RouterTest, EnginesDownAtStartJoinWhenTheyAnswer) {
   EXPECT_TRUE(eventually([&] { return router.engines()[1].alive; }));
 }
 
+TEST_F(RouterTest, AReplacedEngineTakesItsPlaceAtItsNewUrlWithItsKeys) {
+  start_engines(2);
+  Router router(router_options());
+  const std::string old_url = engines_[1]->url();
+  const std::string key = key_routed_to(router, old_url);
+  engines_[1]->stop();
+  router.check_health();
+  ASSERT_FALSE(router.engines()[1].alive);
+
+  // The engine comes back at another port (a restarted process), as a new id to tell them apart.
+  engines_.push_back(std::make_unique<FakeEngine>(2));
+  const std::string new_url = engines_[2]->url();
+  ASSERT_NE(new_url, old_url);
+  EXPECT_TRUE(router.replace_engine(1, new_url));
+  const std::vector<EngineStatus> statuses = router.engines();
+  EXPECT_EQ(statuses[1].url, new_url);
+  EXPECT_TRUE(statuses[1].alive);
+  EXPECT_EQ(statuses[0].url, engines_[0]->url());
+
+  // The key follows engine 1 to its new server; new prompts spread over both again.
+  RouteOptions options;
+  options.routing_key = key;
+  EXPECT_EQ(router.generate(prompt("k"), options)["engine"], 2);
+  std::set<int> answered_by;
+  for (int i = 0; i < 4; ++i) {
+    answered_by.insert(router.generate(prompt("fresh " + std::to_string(i)))["engine"].get<int>());
+  }
+  EXPECT_EQ(answered_by, (std::set<int>{0, 2}));
+  EXPECT_EQ(engines_[2]->calls("/health"), 1) << "checked once, when it was put in";
+  EXPECT_EQ(router.broadcast("/flush_cache", json::object())[1].engine_url, new_url);
+  EXPECT_EQ(engines_[2]->calls("/flush_cache"), 1);
+}
+
+TEST_F(RouterTest, AReplacementThatDoesNotAnswerYetJoinsAtTheNextHealthCheck) {
+  start_engines(2);
+  Router router(router_options());
+  const uint16_t port = engines_[1]->port();
+  engines_[1]->stop();
+  engines_.push_back(std::make_unique<FakeEngine>(2));
+  const uint16_t new_port = engines_[2]->port();
+  engines_[2]->stop();
+  EXPECT_FALSE(router.replace_engine(1, "http://127.0.0.1:" + std::to_string(new_port)));
+  EXPECT_FALSE(router.engines()[1].alive);
+  EXPECT_EQ(router.generate(prompt("a"))["engine"], 0);
+  engines_[2]->start(new_port);
+  router.check_health();
+  EXPECT_TRUE(router.engines()[1].alive);
+  // The old port answering again does not matter any more: it is not checked.
+  engines_[1]->start(port);
+  const int old_checks = engines_[1]->calls("/health");
+  router.check_health();
+  EXPECT_EQ(engines_[1]->calls("/health"), old_checks);
+}
+
+TEST_F(RouterTest, AFailureAtTheOldUrlDoesNotTakeTheReplacementOut) {
+  start_engines(2);
+  Router router(router_options());
+  const std::string key = key_routed_to(router, engines_[1]->url());
+  engines_[1]->hold_generations(true);
+  RouteOptions options;
+  options.routing_key = key;
+  auto in_flight = router.generate_async(prompt("held"), options);
+  ASSERT_TRUE(eventually([&] { return engines_[1]->held() == 1; }));
+
+  engines_.push_back(std::make_unique<FakeEngine>(2));
+  ASSERT_TRUE(router.replace_engine(1, engines_[2]->url()));
+  engines_[1]->stop();  // the old server dies with the request unanswered
+  try {
+    in_flight.get();
+    ADD_FAILURE() << "expected EngineFailedError";
+  } catch (const EngineFailedError& e) {
+    EXPECT_EQ(e.url(), engines_[1]->url()) << "the error names the server that failed";
+  }
+  const std::vector<EngineStatus> statuses = router.engines();
+  EXPECT_TRUE(statuses[1].alive) << statuses[1].last_error;
+  EXPECT_EQ(statuses[1].failed, 0);
+  EXPECT_EQ(statuses[1].outstanding, 0);
+  EXPECT_EQ(router.generate(prompt("after"), options)["engine"], 2);
+}
+
+TEST_F(RouterTest, ReplacingWhileRequestsRunLosesNone) {
+  start_engines(3);
+  RouterOptions router_over_two = router_options();
+  router_over_two.engine_urls.pop_back();  // engine 2's server is where engine 1 moves to
+  Router router(router_over_two);
+  std::atomic<bool> done{false};
+  std::atomic<int> answered{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      RouteOptions options;
+      options.retry = true;
+      for (int i = 0; !done; ++i) {
+        router.generate(prompt(std::to_string(c) + "/" + std::to_string(i)), options);
+        ++answered;
+      }
+    });
+  }
+  // Engine 1 moves between two live servers many times while the clients run.
+  for (int round = 0; round < 40; ++round) {
+    const size_t to = round % 2 == 0 ? 2 : 1;
+    EXPECT_TRUE(router.replace_engine(1, engines_[to]->url()));
+    std::this_thread::sleep_for(2ms);
+  }
+  done = true;
+  for (std::thread& client : clients) client.join();
+  EXPECT_GT(answered.load(), 0);
+  for (const EngineStatus& status : router.engines()) {
+    EXPECT_EQ(status.outstanding, 0) << status.url;
+    EXPECT_EQ(status.failed, 0) << status.url;
+  }
+}
+
+TEST_F(RouterTest, ReplaceEngineRefusesBadArguments) {
+  start_engines(2);
+  Router router(router_options());
+  using ooze::testing::error_message_of;
+  EXPECT_CONTAINS(error_message_of([&] { router.replace_engine(2, "http://127.0.0.1:1"); }),
+                  "only 2 engines");
+  EXPECT_THROW(router.replace_engine(0, "not a url"), ConfigError);
+  EXPECT_CONTAINS(error_message_of([&] { router.replace_engine(0, engines_[1]->url()); }),
+                  "engine 1 already serves there");
+  EXPECT_EQ(router.engines()[0].url, engines_[0]->url());
+  EXPECT_TRUE(router.engines()[0].alive);
+}
+
 TEST_F(RouterTest, StreamsAreRelayedEventByEventAndNeverRetriedOnceStarted) {
   start_engines(2);
   Router router(router_options());
