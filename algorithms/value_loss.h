@@ -18,6 +18,11 @@ struct ValueLossOptions {
 
   // Reads value_clip.
   static ValueLossOptions from_config(const Config& config);
+
+  template <class A>
+  void serialize(A& ar) {
+    ar(value_clip);
+  }
 };
 
 // One packed micro-batch; every tensor is [T] except cu_seqlens.

@@ -178,6 +178,18 @@ torch::Tensor FsdpTransformer::lm_head_weight() {
   return model_->lm_head_weight();
 }
 
+torch::Tensor FsdpTransformer::value_head_weight() {
+  if (!sharded_->unit(root_unit_).is_unsharded()) {
+    throw Error(
+        "FsdpTransformer::value_head_weight: the head is not gathered; call it between "
+        "forward() and backward()/reshard()");
+  }
+  if (model_->head() != models::ModelHead::kValue) {
+    throw Error("FsdpTransformer::value_head_weight: the model has a language-model head");
+  }
+  return model_->value_head()->weight;
+}
+
 void FsdpTransformer::backward(const torch::Tensor& loss) {
   if (!loss.defined() || loss.numel() != 1 || !loss.requires_grad()) {
     throw Error(

@@ -90,6 +90,8 @@ class FsdpTransformer {
   // The [vocab_size, hidden_size] head matrix (gathered, compute dtype, requires grad), for
   // models::compute_token_log_probs. Valid between forward() and backward()/reshard().
   torch::Tensor lm_head_weight();
+  // The same for a value model's head (score.weight, [1, hidden_size]).
+  torch::Tensor value_head_weight();
   // loss.backward(), then the gradients of this micro-batch are reduce-scattered and added to
   // the fp32 gradient shards, and every unit is resharded (the root only once no other
   // forward's backward is outstanding: several micro-batches may run forward first).

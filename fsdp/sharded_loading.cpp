@@ -7,14 +7,17 @@
 
 namespace ooze::fsdp {
 
-void load_sharded_safetensors(FullyShardedModule& model, const std::string& dir) {
+void load_sharded_safetensors(FullyShardedModule& model, const std::string& dir,
+                              const std::set<std::string>& may_be_missing) {
   const ShardedSafetensors checkpoint = ShardedSafetensors::open(dir);
 
   std::vector<std::string> problems;
   for (size_t u = 0; u < model.num_units(); ++u) {
     for (const FlatParamEntry& entry : model.unit(u).entries()) {
       if (!checkpoint.contains(entry.name)) {
-        problems.push_back("missing '" + entry.name + "'");
+        if (may_be_missing.count(entry.name) == 0) {
+          problems.push_back("missing '" + entry.name + "'");
+        }
         continue;
       }
       const SafetensorsTensorInfo& info = checkpoint.info(entry.name);
@@ -51,6 +54,7 @@ void load_sharded_safetensors(FullyShardedModule& model, const std::string& dir)
     torch::Tensor& master = flat.master_shard();
     for (const ShardSlice& slice : flat.shard_slices()) {
       const FlatParamEntry& entry = flat.entries()[slice.entry];
+      if (!checkpoint.contains(entry.name)) continue;  // one that may be missing
       // A view of the mapped file: only the pages of this range are read.
       const torch::Tensor source =
           checkpoint.tensor(entry.name).reshape({-1}).narrow(0, slice.param_offset, slice.numel);

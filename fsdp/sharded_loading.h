@@ -6,6 +6,7 @@
 //   load_sharded_safetensors(fsdp.sharded(), "/models/Qwen3-0.6B");
 #pragma once
 
+#include <set>
 #include <string>
 
 #include "fsdp/fully_shard.h"
@@ -19,6 +20,9 @@ namespace ooze::fsdp {
 // dtype that is not floating. Tensors of the checkpoint that name no parameter (lm_head.weight
 // of a tied model, rotary buffers) are ignored. Gathered units are resharded first, so the next
 // forward gathers the new weights. Not a collective: every rank reads its own part.
-void load_sharded_safetensors(FullyShardedModule& model, const std::string& dir);
+// Parameters named in `may_be_missing` keep their values when the checkpoint lacks them (a
+// critic's value head, loaded from a policy).
+void load_sharded_safetensors(FullyShardedModule& model, const std::string& dir,
+                              const std::set<std::string>& may_be_missing = {});
 
 }  // namespace ooze::fsdp

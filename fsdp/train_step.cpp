@@ -1,5 +1,6 @@
 #include "fsdp/train_step.h"
 
+#include <functional>
 #include <numeric>
 
 #include "algorithms/sft_loss.h"
@@ -99,21 +100,21 @@ std::vector<std::vector<int64_t>> plan_micro_batches(FsdpTransformer& model,
   return split_into_micro_batches(lengths, mine, count, options);
 }
 
-// Step 3: log p(token t | the earlier tokens of its sample) for every packed token, 0 on each
-// sample's first token (nothing predicts it). The model predicts from position t - 1, so its
-// outputs are shifted by one token within each sample.
+// Step 3: the model's outputs for every packed token of the micro-batch, computed by `head`
+// from the hidden states and the next tokens they predict.
 //
-// Under context parallelism each rank runs the model on its share of the micro-batch and scores
-// its tokens against their next tokens (taken from the whole micro-batch before it is split);
-// the scores are then gathered over the CP group, so every rank of the group goes on with the
-// whole micro-batch's values, as with CP = 1.
-models::TokenLogProbs predict_next_tokens(FsdpTransformer& model, const PackedMicroBatch& batch,
-                                          double temperature, bool with_entropy) {
+// Under context parallelism each rank runs the model on its share of the micro-batch, with next
+// tokens taken from the whole micro-batch before it is split; the outputs are then gathered over
+// the CP group, so every rank of the group goes on with the whole micro-batch's outputs, as with
+// CP = 1.
+using Head =
+    std::function<std::vector<at::Tensor>(const at::Tensor& hidden, const at::Tensor& next_tokens)>;
+
+std::vector<at::Tensor> run_model(FsdpTransformer& model, const PackedMicroBatch& batch,
+                                  const Head& head) {
   const at::Tensor next_tokens = at::roll(batch.tokens, -1);
   if (model.cp_size() == 1) {
-    at::Tensor hidden = model.forward(batch.tokens, batch.position_ids, batch.cu_seqlens);
-    return models::compute_token_log_probs(hidden, model.lm_head_weight(), next_tokens, temperature,
-                                           /*chunk_tokens=*/1024, with_entropy);
+    return head(model.forward(batch.tokens, batch.position_ids, batch.cu_seqlens), next_tokens);
   }
   const auto split =
       std::make_shared<const models::ContextParallelSplit>(models::split_for_context_parallel(
@@ -121,28 +122,44 @@ models::TokenLogProbs predict_next_tokens(FsdpTransformer& model, const PackedMi
           model.cp_rank()));
   at::Tensor hidden = model.forward_context_parallel(split->shard(batch.tokens),
                                                      split->shard(batch.position_ids), split);
-  models::TokenLogProbs local =
-      models::compute_token_log_probs(hidden, model.lm_head_weight(), split->shard(next_tokens),
-                                      temperature, /*chunk_tokens=*/1024, with_entropy);
-  models::TokenLogProbs predicted;
-  predicted.log_probs = gather_context_parallel(local.log_probs, *split, model.cp_group());
-  if (with_entropy) {
-    predicted.entropy = gather_context_parallel(local.entropy, *split, model.cp_group());
+  std::vector<at::Tensor> outputs = head(hidden, split->shard(next_tokens));
+  for (at::Tensor& output : outputs) {
+    output = gather_context_parallel(output, *split, model.cp_group());
   }
-  return predicted;
+  return outputs;
 }
 
+// The model predicts token t from position t - 1: each output moves to the token it is about, 0
+// on each sample's first token (nothing predicts it).
+at::Tensor align_to_predicted_tokens(const PackedMicroBatch& batch, const at::Tensor& outputs) {
+  return at::where(batch.position_ids == 0, at::zeros_like(outputs), at::roll(outputs, 1));
+}
+
+// log p(token t | the earlier tokens of its sample) for every packed token.
 models::TokenLogProbs token_log_probs(FsdpTransformer& model, const PackedMicroBatch& batch,
                                       double temperature, bool with_entropy) {
-  models::TokenLogProbs predicted = predict_next_tokens(model, batch, temperature, with_entropy);
-  const at::Tensor first = batch.position_ids == 0;
-  auto align = [&](const at::Tensor& values) {
-    return at::where(first, at::zeros_like(values), at::roll(values, 1));
-  };
+  const std::vector<at::Tensor> outputs =
+      run_model(model, batch, [&](const at::Tensor& hidden, const at::Tensor& next_tokens) {
+        models::TokenLogProbs predicted =
+            models::compute_token_log_probs(hidden, model.lm_head_weight(), next_tokens,
+                                            temperature, /*chunk_tokens=*/1024, with_entropy);
+        if (!with_entropy) return std::vector<at::Tensor>{predicted.log_probs};
+        return std::vector<at::Tensor>{predicted.log_probs, predicted.entropy};
+      });
   models::TokenLogProbs aligned;
-  aligned.log_probs = align(predicted.log_probs);
-  if (with_entropy) aligned.entropy = align(predicted.entropy);
+  aligned.log_probs = align_to_predicted_tokens(batch, outputs[0]);
+  if (with_entropy) aligned.entropy = align_to_predicted_tokens(batch, outputs[1]);
   return aligned;
+}
+
+// A critic's value of every packed token, fp32: the value head on the state it was sampled from.
+at::Tensor token_values(FsdpTransformer& model, const PackedMicroBatch& batch) {
+  const std::vector<at::Tensor> outputs =
+      run_model(model, batch, [&](const at::Tensor& hidden, const at::Tensor&) {
+        return std::vector<at::Tensor>{
+            at::matmul(hidden, model.value_head_weight().t()).squeeze(-1).to(at::kFloat)};
+      });
+  return align_to_predicted_tokens(batch, outputs[0]);
 }
 
 // The step's value of every metric on every rank: sums add up, maxima and minima combine. The
@@ -218,6 +235,69 @@ algorithms::LossOutput policy_loss_of(FsdpTransformer& model, const PackedMicroB
   return algorithms::policy_loss(inputs, policy, scale);
 }
 
+// The critic's clipped value loss against the returns, from each sample's "values" (at rollout
+// time) and "returns".
+algorithms::LossOutput value_loss_of(FsdpTransformer& model, const PackedMicroBatch& batch,
+                                     bool rank_has_samples, const TrainStepOptions& options,
+                                     const algorithms::LossScale& scale) {
+  const at::Tensor values = token_values(model, batch);
+  auto value = [&](const std::string& name) {
+    return rank_has_samples ? batch.value(name) : at::zeros_like(values);
+  };
+  algorithms::ValueLossInputs inputs;
+  inputs.cu_seqlens = batch.cu_seqlens;
+  inputs.loss_mask = batch.loss_mask;
+  inputs.values = values;
+  inputs.old_values = value("values");
+  inputs.returns = value("returns");
+  return algorithms::value_loss(inputs, options.value_loss, scale);
+}
+
+algorithms::LossOutput loss_of(FsdpTransformer& model, const PackedMicroBatch& batch,
+                               bool rank_has_samples, const TrainStepOptions& options,
+                               const algorithms::LossScale& scale) {
+  switch (options.loss_type) {
+    case LossType::kPolicyLoss:
+      return policy_loss_of(model, batch, rank_has_samples, options, scale);
+    case LossType::kSftLoss:
+      return sft_loss_of(model, batch, scale);
+    case LossType::kValueLoss:
+      return value_loss_of(model, batch, rank_has_samples, options, scale);
+  }
+  throw Error("unknown loss type");
+}
+
+// Scores this rank's samples without gradients, micro-batch by micro-batch: `score` gives the
+// per-token outputs of a micro-batch, which come back per sample: outputs[k][i] is output k of
+// sample i, [R_i] fp32 over its response tokens.
+std::vector<std::vector<at::Tensor>> score_responses(
+    FsdpTransformer& model, const std::vector<PackingSample>& samples,
+    const PackingOptions& packing, size_t num_outputs,
+    const std::function<std::vector<at::Tensor>(const PackedMicroBatch&)>& score) {
+  check_context_parallel_size(model, packing);
+  at::NoGradGuard no_grad;
+  std::vector<std::vector<at::Tensor>> outputs(num_outputs,
+                                               std::vector<at::Tensor>(samples.size()));
+  const at::Device device = device_of(model);
+  for (const std::vector<int64_t>& indices : plan_micro_batches(model, samples, packing)) {
+    const PackedMicroBatch batch = pack_on(device, samples, indices);
+    std::vector<at::Tensor> scored;
+    try {
+      scored = score(batch);
+    } catch (...) {
+      model.reshard();  // nothing stays gathered for a forward that has no backward
+      throw;
+    }
+    model.reshard();
+    for (size_t k = 0; k < num_outputs; ++k) {
+      const std::vector<at::Tensor> responses =
+          unpack_responses(batch, scored[k].to(at::kCPU, at::kFloat));
+      for (size_t b = 0; b < indices.size(); ++b) outputs[k][indices[b]] = responses[b].clone();
+    }
+  }
+  return outputs;
+}
+
 }  // namespace
 
 PackingSample language_modeling_sample(const std::vector<int64_t>& tokens) {
@@ -263,10 +343,7 @@ TrainStepOutput accumulate_gradients(FsdpTransformer& model,
   LossMetrics metrics;
   for (const std::vector<int64_t>& indices : micro_batches) {
     const PackedMicroBatch batch = pack_on(device, samples, indices);
-    const algorithms::LossOutput loss =
-        options.loss_type == LossType::kPolicyLoss
-            ? policy_loss_of(model, batch, !samples.empty(), options, scale)
-            : sft_loss_of(model, batch, scale);
+    const algorithms::LossOutput loss = loss_of(model, batch, !samples.empty(), options, scale);
     model.backward(loss.loss);
     metrics.merge(loss.metrics);
   }
@@ -293,34 +370,26 @@ ResponseLogProbs compute_log_probs(FsdpTransformer& model,
                                    const std::vector<PackingSample>& samples,
                                    const PackingOptions& packing, double temperature,
                                    bool with_entropy) {
-  check_context_parallel_size(model, packing);
-  at::NoGradGuard no_grad;
+  std::vector<std::vector<at::Tensor>> scored = score_responses(
+      model, samples, packing, with_entropy ? 2 : 1, [&](const PackedMicroBatch& batch) {
+        models::TokenLogProbs predicted = token_log_probs(model, batch, temperature, with_entropy);
+        if (!with_entropy) return std::vector<at::Tensor>{predicted.log_probs};
+        return std::vector<at::Tensor>{predicted.log_probs, predicted.entropy};
+      });
   ResponseLogProbs out;
-  out.log_probs.resize(samples.size());
-  if (with_entropy) out.entropy.resize(samples.size());
-  const at::Device device = device_of(model);
-  for (const std::vector<int64_t>& indices : plan_micro_batches(model, samples, packing)) {
-    const PackedMicroBatch batch = pack_on(device, samples, indices);
-    models::TokenLogProbs predicted;
-    try {
-      predicted = token_log_probs(model, batch, temperature, with_entropy);
-    } catch (...) {
-      model.reshard();  // nothing stays gathered for a forward that has no backward
-      throw;
-    }
-    model.reshard();
-    const std::vector<at::Tensor> log_probs =
-        unpack_responses(batch, predicted.log_probs.to(at::kCPU, at::kFloat));
-    for (size_t b = 0; b < indices.size(); ++b) {
-      out.log_probs[indices[b]] = log_probs[b].clone();
-    }
-    if (with_entropy) {
-      const std::vector<at::Tensor> entropy =
-          unpack_responses(batch, predicted.entropy.to(at::kCPU, at::kFloat));
-      for (size_t b = 0; b < indices.size(); ++b) out.entropy[indices[b]] = entropy[b].clone();
-    }
-  }
+  out.log_probs = std::move(scored[0]);
+  if (with_entropy) out.entropy = std::move(scored[1]);
   return out;
+}
+
+std::vector<at::Tensor> compute_values(FsdpTransformer& model,
+                                       const std::vector<PackingSample>& samples,
+                                       const PackingOptions& packing) {
+  return score_responses(model, samples, packing, 1,
+                         [&](const PackedMicroBatch& batch) {
+                           return std::vector<at::Tensor>{token_values(model, batch)};
+                         })
+      .front();
 }
 
 }  // namespace ooze::fsdp

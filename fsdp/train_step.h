@@ -6,7 +6,8 @@
 //   3. forward  the sharded model, then log p(token | earlier tokens of its sample) per token;
 //   4. loss     through algorithms/: the policy loss of RL (policy_loss.h, from each sample's
 //               "advantages" and "old_log_probs", with "ref_log_probs" and "rollout_log_probs"
-//               when the options use them) or the SFT loss, normalised by the step's global
+//               when the options use them), the SFT loss, or a critic's value loss
+//               (value_loss.h, from "values" and "returns"), normalised by the step's global
 //               counts (loss_aggregation.h) so that the world size and the micro-batch split do
 //               not change the gradient;
 //   5. backward accumulating into the gradient shards, micro-batch after micro-batch;
@@ -38,14 +39,16 @@
 
 #include "algorithms/loss_aggregation.h"
 #include "algorithms/policy_loss.h"
+#include "algorithms/value_loss.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/packing.h"
 #include "fsdp/sharded_adamw.h"
 
 namespace ooze::fsdp {
 
-// Which loss a step trains on (--loss-type, Slime's values).
-enum class LossType { kPolicyLoss, kSftLoss };
+// Which loss a step trains on: --loss-type (Slime's values) for the policy; a critic (a model
+// with a value head, models::ModelHead::kValue) trains on the value loss.
+enum class LossType { kPolicyLoss, kSftLoss, kValueLoss };
 
 struct TrainStepOptions {
   PackingOptions packing;
@@ -54,6 +57,7 @@ struct TrainStepOptions {
   double clip_grad = 1.0;  // --clip-grad; <= 0: no clipping (the norm is still computed)
   LossType loss_type = LossType::kPolicyLoss;
   algorithms::PolicyLossOptions policy_loss;  // with kPolicyLoss
+  algorithms::ValueLossOptions value_loss;    // with kValueLoss
   // The policy's log-probs are those of softmax(logits / temperature), the distribution the
   // rollouts sampled from (--rollout-temperature), as the old and rollout log-probs are.
   double temperature = 1.0;
@@ -101,6 +105,14 @@ ResponseLogProbs compute_log_probs(FsdpTransformer& model,
                                    const std::vector<PackingSample>& samples,
                                    const PackingOptions& packing, double temperature = 1.0,
                                    bool with_entropy = false);
+
+// A critic's value of each response token of each sample, in the order of `samples`: element i
+// holds [R_i] fp32 values. The value of response token t is read from the hidden state of the
+// token before it, the state the policy sampled t from (as its log-prob is). A collective like
+// compute_log_probs; the model must have a value head.
+std::vector<at::Tensor> compute_values(FsdpTransformer& model,
+                                       const std::vector<PackingSample>& samples,
+                                       const PackingOptions& packing);
 
 // A sample trained on every token after its first (plain language modelling).
 PackingSample language_modeling_sample(const std::vector<int64_t>& tokens);

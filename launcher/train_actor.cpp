@@ -84,10 +84,19 @@ int64_t TrainActor::init(const TrainInit& init) {
   fsdp_options.context_parallel_size = options.packing.context_parallel_size;
   fsdp_options.cp_impl = options.cp_impl;
   models::ModelConfig config = models::load_model_config(init.model_dir);
-  models::TransformerModel model(config);
+  const bool critic = init.role == TrainerRole::kCritic;
+  models::TransformerModel model(
+      config, std::nullopt, critic ? models::ModelHead::kValue : models::ModelHead::kLanguageModel);
+  if (critic) {
+    // A policy's checkpoint has no value head: it starts at 0, every value 0.
+    torch::NoGradGuard no_grad;
+    model->value_head()->weight.zero_();
+  }
   model->to(state->device);
   state->model = std::make_unique<fsdp::FsdpTransformer>(model, state->comm, fsdp_options);
-  fsdp::load_sharded_safetensors(state->model->sharded(), init.model_dir);
+  fsdp::load_sharded_safetensors(
+      state->model->sharded(), init.model_dir,
+      critic ? std::set<std::string>{"score.weight"} : std::set<std::string>{});
   if (init.reference_model) {
     // Before any step (and before a checkpoint is loaded): the initial policy, exactly.
     state->reference = std::make_unique<fsdp::ReferenceModel>(
@@ -121,6 +130,7 @@ TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
   step_options.clip_grad = options.clip_grad;
   step_options.loss_type = options.loss_type;
   step_options.policy_loss = options.policy_loss;
+  step_options.value_loss = options.value_loss;
   step_options.temperature = options.temperature;
   const fsdp::TrainStepOutput step =
       fsdp::train_step(*state_->model, *state_->optimizer, lr, batch.samples, step_options);
@@ -160,6 +170,11 @@ fsdp::ResponseLogProbs TrainActor::compute_ref_log_probs(const TrainBatch& batch
   return state_->reference->compute_log_probs(batch.samples, state_->options.packing, temperature);
 }
 
+std::vector<at::Tensor> TrainActor::compute_values(const TrainBatch& batch) {
+  if (!state_) throw Error("TrainActor::compute_values before init");
+  return fsdp::compute_values(*state_->model, batch.samples, state_->options.packing);
+}
+
 TrainProgress TrainActor::save(const std::string& dir) {
   if (!state_) throw Error("TrainActor::save before init");
   fsdp::save_checkpoint(dir, state_->progress, state_->model->sharded(), *state_->optimizer);
@@ -168,8 +183,13 @@ TrainProgress TrainActor::save(const std::string& dir) {
 
 TrainProgress TrainActor::load(const std::string& dir) {
   if (!state_) throw Error("TrainActor::load before init");
+  return load_iteration(dir, state_->options.ckpt_step);
+}
+
+TrainProgress TrainActor::load_iteration(const std::string& dir, int64_t iteration) {
+  if (!state_) throw Error("TrainActor::load_iteration before init");
   fsdp::CheckpointLoadOptions options;
-  if (state_->options.ckpt_step >= 0) options.iteration = state_->options.ckpt_step;
+  if (iteration >= 0) options.iteration = iteration;
   options.load_rng = state_->options.load_rng;
   fsdp::ShardedAdamW* optimizer = state_->options.load_optim ? state_->optimizer.get() : nullptr;
   state_->progress = fsdp::load_checkpoint(dir, state_->model->sharded(), optimizer, options);
@@ -248,8 +268,10 @@ const auto train_actor_class =
         .method("train_step", &TrainActor::train_step)
         .method("compute_log_probs", &TrainActor::compute_log_probs)
         .method("compute_ref_log_probs", &TrainActor::compute_ref_log_probs)
+        .method("compute_values", &TrainActor::compute_values)
         .method("save", &TrainActor::save)
         .method("load", &TrainActor::load)
+        .method("load_iteration", &TrainActor::load_iteration)
         .method("save_hf", &TrainActor::save_hf)
         .method("connect_rollout_engines", &TrainActor::connect_rollout_engines)
         .method("update_weights", &TrainActor::update_weights)

@@ -38,17 +38,23 @@
 
 namespace ooze::launcher {
 
+// What a group of ranks trains: the policy, or the critic of ppo (the same transformer with a
+// value head, score.weight, trained on the value loss; options.loss_type kValueLoss).
+enum class TrainerRole { kActor, kCritic };
+
 struct TrainInit {
   std::string model_dir;   // HF layout: config.json + safetensors
   std::string group_name;  // rendezvous key prefix, unique per trainer group
   TrainerOptions options;
+  // A critic loads model_dir's score.weight when it has one, else starts its value head at 0.
+  TrainerRole role = TrainerRole::kActor;
   // The frozen reference model of KL-regularised RL (--use-kl-loss, --kl-coef), sharded like
   // the policy: the HF model in `ref_load` (--ref-load), or else the initial policy.
   bool reference_model = false;
   std::string ref_load;
   template <class A>
   void serialize(A& ar) {
-    ar(model_dir, group_name, options, reference_model, ref_load);
+    ar(model_dir, group_name, options, role, reference_model, ref_load);
   }
 };
 
@@ -113,6 +119,9 @@ class TrainActor {
                                            bool with_entropy);
   // The same under the frozen reference model (init with reference_model); a collective.
   fsdp::ResponseLogProbs compute_ref_log_probs(const TrainBatch& batch, double temperature);
+  // A critic's value of every response token of each sample ([R_i] fp32, fsdp::compute_values);
+  // a collective.
+  std::vector<at::Tensor> compute_values(const TrainBatch& batch);
   // Writes a sharded checkpoint of weights, AdamW state, schedule position and RNG into
   // DIR/iter_<iteration> (fsdp/checkpoint.h); every rank takes part.
   TrainProgress save(const std::string& dir);
@@ -120,6 +129,8 @@ class TrainActor {
   // optimizer and RNG unless options.load_optim / load_rng are off. Training continues
   // exactly where the saved run was.
   TrainProgress load(const std::string& dir);
+  // The same at `iteration` (whatever the tracker names; -1: what load() takes).
+  TrainProgress load_iteration(const std::string& dir, int64_t iteration);
   // Writes the full weights as an HF model directory (rank 0 writes; every rank takes part).
   std::string save_hf(const std::string& dir);
   // Keeps `connection`'s engines up to date from now on (they must all have one dtype; the

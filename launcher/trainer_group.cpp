@@ -17,6 +17,17 @@ std::vector<TrainBatch> shares_of(const TrainBatch& global,
   return per_rank;
 }
 
+// Per-sample answers of the ranks (answers[r][i] for sample shares[r][i]) in the batch's order.
+std::vector<at::Tensor> in_batch_order(size_t num_samples,
+                                       const std::vector<std::vector<int64_t>>& shares,
+                                       const std::vector<std::vector<at::Tensor>>& answers) {
+  std::vector<at::Tensor> ordered(num_samples);
+  for (size_t rank = 0; rank < shares.size(); ++rank) {
+    for (size_t i = 0; i < shares[rank].size(); ++i) ordered[shares[rank][i]] = answers[rank].at(i);
+  }
+  return ordered;
+}
+
 }  // namespace
 
 std::vector<std::vector<int64_t>> deal(const TrainBatch& global, int world_size,
@@ -24,11 +35,20 @@ std::vector<std::vector<int64_t>> deal(const TrainBatch& global, int world_size,
   return fsdp::split_across_ranks(fsdp::sample_lengths(global.samples), world_size, packing);
 }
 
+PendingTrainStep start_train_step(const TrainerGroup& group, const TrainBatch& global,
+                                  const fsdp::PackingOptions& packing) {
+  const std::vector<TrainBatch> per_rank = shares_of(global, deal(global, group.size(), packing));
+  return {group.call_each(&TrainActor::train_step,
+                          [&](int rank) { return std::make_tuple(per_rank[rank]); })};
+}
+
 TrainStepResult train_step(const TrainerGroup& group, const TrainBatch& global,
                            const fsdp::PackingOptions& packing) {
-  const std::vector<TrainBatch> per_rank = shares_of(global, deal(global, group.size(), packing));
-  auto results = actors::get_all(group.call_each(
-      &TrainActor::train_step, [&](int rank) { return std::make_tuple(per_rank[rank]); }));
+  return start_train_step(group, global, packing).wait();
+}
+
+TrainStepResult PendingTrainStep::wait() {
+  auto results = actors::get_all(std::move(ranks));
   // The step's numbers are reduced over the ranks: ranks that disagree are out of step.
   for (size_t rank = 1; rank < results.size(); ++rank) {
     if (results[rank].metrics != results[0].metrics ||
@@ -39,6 +59,16 @@ TrainStepResult train_step(const TrainerGroup& group, const TrainBatch& global,
     }
   }
   return results.front();
+}
+
+std::vector<at::Tensor> values(const TrainerGroup& critics, const TrainBatch& global,
+                               const fsdp::PackingOptions& packing) {
+  const std::vector<std::vector<int64_t>> shares = deal(global, critics.size(), packing);
+  const std::vector<TrainBatch> per_rank = shares_of(global, shares);
+  return in_batch_order(global.samples.size(), shares,
+                        actors::get_all(critics.call_each(&TrainActor::compute_values, [&](int r) {
+                          return std::make_tuple(per_rank[r]);
+                        })));
 }
 
 std::vector<at::Tensor> log_probs(const TrainerGroup& group, const TrainBatch& global,
@@ -54,13 +84,9 @@ std::vector<at::Tensor> log_probs(const TrainerGroup& group, const TrainBatch& g
           : actors::get_all(group.call_each(&TrainActor::compute_ref_log_probs, [&](int rank) {
               return std::make_tuple(per_rank[rank], temperature);
             }));
-  std::vector<at::Tensor> ordered(global.samples.size());
-  for (size_t rank = 0; rank < shares.size(); ++rank) {
-    for (size_t i = 0; i < shares[rank].size(); ++i) {
-      ordered[shares[rank][i]] = answers[rank].log_probs.at(i);
-    }
-  }
-  return ordered;
+  std::vector<std::vector<at::Tensor>> log_probs;
+  for (fsdp::ResponseLogProbs& answer : answers) log_probs.push_back(std::move(answer.log_probs));
+  return in_batch_order(global.samples.size(), shares, log_probs);
 }
 
 }  // namespace ooze::launcher

@@ -31,6 +31,17 @@ std::vector<std::vector<int64_t>> deal(const TrainBatch& global, int world_size,
 TrainStepResult train_step(const TrainerGroup& group, const TrainBatch& global,
                            const fsdp::PackingOptions& packing);
 
+// The same step in flight, so that two groups (the policy and the critic) train at once:
+//   PendingTrainStep critic_step = start_train_step(critics, batch, packing);
+//   TrainStepResult policy = train_step(trainers, batch, packing);
+//   TrainStepResult critic = critic_step.wait();
+struct PendingTrainStep {
+  std::vector<actors::Future<TrainStepResult>> ranks;
+  TrainStepResult wait();
+};
+PendingTrainStep start_train_step(const TrainerGroup& group, const TrainBatch& global,
+                                  const fsdp::PackingOptions& packing);
+
 // Which weights score the samples.
 enum class Scorer { kPolicy, kReference };
 
@@ -39,5 +50,10 @@ enum class Scorer { kPolicy, kReference };
 std::vector<at::Tensor> log_probs(const TrainerGroup& group, const TrainBatch& global,
                                   const fsdp::PackingOptions& packing, double temperature,
                                   Scorer scorer = Scorer::kPolicy);
+
+// A critic group's value of every response token of each sample of `global` ([R_i] float32
+// each, in the batch's order).
+std::vector<at::Tensor> values(const TrainerGroup& critics, const TrainBatch& global,
+                               const fsdp::PackingOptions& packing);
 
 }  // namespace ooze::launcher

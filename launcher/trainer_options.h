@@ -60,6 +60,7 @@ struct TrainerOptions {
       algorithms::LossAggregation::kSequenceMeanTokenMean;
   fsdp::LossType loss_type = fsdp::LossType::kPolicyLoss;
   algorithms::PolicyLossOptions policy_loss;
+  algorithms::ValueLossOptions value_loss;  // a critic's (loss_type kValueLoss)
   double temperature = 1.0;
 
   // The collective group.
@@ -76,7 +77,7 @@ struct TrainerOptions {
        lr_decay_style, lr_wsd_decay_iters, lr_wsd_decay_style, total_iters, weight_decay,
        adam_beta1, adam_beta2, adam_eps, clip_grad);
     ar(bf16, reshard_after_forward, prefetch, gradient_checkpointing, cp_impl);
-    ar(packing, loss_aggregation, loss_type, policy_loss, temperature, distributed);
+    ar(packing, loss_aggregation, loss_type, policy_loss, value_loss, temperature, distributed);
     ar(ckpt_step, load_optim, load_rng);
   }
 };

@@ -106,12 +106,9 @@ TrainingBatch training_batch(const std::vector<std::vector<rollout::Sample>>& gr
 
 void compute_advantages(TrainingBatch& batch, const algorithms::AdvantageOptions& options,
                         algorithms::KlEstimator kl_type) {
-  if (options.estimator == algorithms::AdvantageEstimator::kPpo) {
-    throw ConfigError(
-        "--advantage-estimator ppo needs a critic's values, which ooze's RL loop does not train; "
-        "use grpo, gspo, cispo, rloo or the reinforce_plus_plus estimators");
-  }
   algorithms::AdvantageInputs inputs;
+  if (options.estimator == algorithms::AdvantageEstimator::kPpo)
+    inputs.values = batch.get("values");
   inputs.rewards = at::tensor(batch.rewards, at::kDouble);
   inputs.group_size = batch.group_size;
   for (const fsdp::PackingSample& sample : batch.samples) {

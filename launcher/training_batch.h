@@ -4,6 +4,7 @@
 //   TrainingBatch batch = training_batch(rollout.groups, reward_key);  // group after group
 //   batch.set("old_log_probs", log_probs);   // the trainer's recomputation, or the rollout's
 //   batch.set("ref_log_probs", ref);         // with a reference model
+//   batch.set("values", values);             // a critic's, with ppo
 //   compute_advantages(batch, algorithm.advantage, kl_loss_type);  // "advantages", "returns"
 //   for (const TrainBatch& step : batch.global_batches(global_batch_size)) ...
 //
@@ -51,8 +52,8 @@ TrainingBatch training_batch(const std::vector<std::vector<rollout::Sample>>& gr
 // Sets "advantages" and "returns" by the estimator of `options` from the rewards and response
 // masks, the KL penalty of --kl-coef taken between "old_log_probs" and "ref_log_probs" with
 // `kl_type` (--kl-loss-type, as Slime), and whitens the advantages over every counted token of the
-// batch when the estimator asks (AdvantageOptions::whitens_advantages). ppo needs a critic's
-// values, which this RL loop does not train: ConfigError.
+// batch when the estimator asks (AdvantageOptions::whitens_advantages). ppo takes GAE over the
+// critic's "values" (set them first).
 void compute_advantages(TrainingBatch& batch, const algorithms::AdvantageOptions& options,
                         algorithms::KlEstimator kl_type);
 

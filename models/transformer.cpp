@@ -47,8 +47,9 @@ ModelConfig validated(ModelConfig config) {
 
 }  // namespace
 
-TransformerModelImpl::TransformerModelImpl(ModelConfig config, std::optional<c10::ScalarType> dtype)
-    : config_(validated(std::move(config))), rotary_(config_) {
+TransformerModelImpl::TransformerModelImpl(ModelConfig config, std::optional<c10::ScalarType> dtype,
+                                           ModelHead head)
+    : config_(validated(std::move(config))), rotary_(config_), head_(head) {
   const c10::ScalarType param_dtype = dtype ? *dtype : config_.parameter_dtype();
   backbone_ = register_module("model", std::make_shared<torch::nn::Module>("model"));
   embed_tokens_ = backbone_->register_module(
@@ -63,7 +64,9 @@ TransformerModelImpl::TransformerModelImpl(ModelConfig config, std::optional<c10
   }
   norm_ = backbone_->register_module(
       "norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps, param_dtype));
-  if (!config_.tie_word_embeddings) {
+  if (head_ == ModelHead::kValue) {
+    score_ = register_module("score", Linear(config_.hidden_size, 1, false, param_dtype));
+  } else if (!config_.tie_word_embeddings) {
     lm_head_ = register_module("lm_head",
                                Linear(config_.hidden_size, config_.vocab_size, false, param_dtype));
   }
@@ -77,7 +80,7 @@ void TransformerModelImpl::init_weights(uint64_t seed) {
     const std::string& name = item.key();
     torch::Tensor param = item.value();
     const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    if (is_bias) {
+    if (is_bias || name == "score.weight") {
       param.zero_();
     } else if (param.dim() == 1) {  // RMSNorm scales
       param.fill_(1.0);
@@ -92,6 +95,9 @@ void TransformerModelImpl::init_weights(uint64_t seed) {
 }
 
 torch::Tensor TransformerModelImpl::lm_head_weight() const {
+  if (head_ == ModelHead::kValue) {
+    throw Error("this model has a value head (score.weight), not a language-model head");
+  }
   return config_.tie_word_embeddings ? embed_tokens_->weight : lm_head_->weight;
 }
 

@@ -9,6 +9,7 @@
 //   model.layers.N.mlp.{gate,up,down}_proj.weight
 //   model.norm.weight
 //   lm_head.weight                                    (absent when tie_word_embeddings)
+//   score.weight                                      (the value head, instead of lm_head)
 //
 // Training and scoring run over packed batches: the tokens of B sequences concatenated into
 // [T], with cu_seqlens [B+1] the sequence boundaries. Attention never crosses a boundary, and
@@ -37,19 +38,26 @@
 
 namespace ooze::models {
 
+// What the last layer computes from each token's hidden state: next-token logits (a policy), or
+// one scalar (a critic's value head: Hugging Face's score.weight [1, hidden_size] of a
+// *ForTokenClassification model with one label; the tied or untied lm_head is then absent).
+enum class ModelHead { kLanguageModel, kValue };
+
 class TransformerModelImpl : public torch::nn::Module {
  public:
   // Parameters are created (uninitialised: load a checkpoint or call init_weights) on the CPU in
   // `dtype`, config.torch_dtype when not given. Move with ->to(device) as any module.
   explicit TransformerModelImpl(ModelConfig config,
-                                std::optional<c10::ScalarType> dtype = std::nullopt);
+                                std::optional<c10::ScalarType> dtype = std::nullopt,
+                                ModelHead head = ModelHead::kLanguageModel);
 
   const ModelConfig& config() const { return config_; }
   // The dtype of the parameters, which is the compute dtype.
   c10::ScalarType dtype() const;
 
   // Fills every parameter deterministically from `seed`, as Hugging Face initialises these
-  // models: linear and embedding weights ~ normal(0, initializer_range), norms 1, biases 0.
+  // models: linear and embedding weights ~ normal(0, initializer_range), norms 1, biases 0;
+  // a value head 0 (every value starts at 0, as a critic's does).
   // Each parameter draws from its own generator seeded by (seed, name), so the values do not
   // depend on the device, the dtype's rounding aside, or on which other parameters exist.
   void init_weights(uint64_t seed);
@@ -81,11 +89,14 @@ class TransformerModelImpl : public torch::nn::Module {
   torch::nn::Embedding& embeddings() { return embed_tokens_; }
   std::vector<DecoderLayer>& layers() { return layers_; }
   RMSNorm& final_norm() { return norm_; }
-  // The untied head; an empty holder (is_empty()) when tie_word_embeddings.
+  // The untied head; an empty holder (is_empty()) when tie_word_embeddings or a value head.
   Linear& lm_head() { return lm_head_; }
   // The [vocab_size, hidden_size] matrix the head multiplies by: lm_head.weight, or
-  // model.embed_tokens.weight when tied.
+  // model.embed_tokens.weight when tied. Throws ooze::Error on a value model.
   torch::Tensor lm_head_weight() const;
+  ModelHead head() const { return head_; }
+  // score.weight, [1, hidden_size], of a value model (an empty holder otherwise).
+  Linear& value_head() { return score_; }
 
   // The steps of forward(), for callers that drive the layers themselves (e.g. to gather
   // sharded parameters layer by layer). forward() is exactly:
@@ -107,7 +118,9 @@ class TransformerModelImpl : public torch::nn::Module {
   torch::nn::ModuleList layer_list_;
   std::vector<DecoderLayer> layers_;
   RMSNorm norm_{nullptr};
+  ModelHead head_;
   Linear lm_head_{nullptr};
+  Linear score_{nullptr};
 };
 TORCH_MODULE(TransformerModel);
 

@@ -140,6 +140,47 @@ TEST(TrainingBatch, GlobalBatchesDealTheSamplesInOrder) {
                   "--global-batch-size 4 does not divide the 6 samples");
 }
 
+// ppo: GAE over the critic's values, the reward on the last counted token, written out as the
+// textbook's backward recursion in doubles; the critic's targets are advantages + values.
+TEST(TrainingBatch, PpoTakesGaeOverTheCriticsValues) {
+  TrainingBatch batch = training_batch(two_groups());
+  std::vector<at::Tensor> critic_values;
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    const int64_t length = batch.samples[i].response_length;
+    critic_values.push_back(at::arange(length, at::kFloat) * 0.1f + 0.05f * static_cast<float>(i));
+  }
+  batch.set("values", critic_values);
+  algorithms::AdvantageOptions ppo;
+  ppo.estimator = algorithms::AdvantageEstimator::kPpo;
+  ppo.gamma = 0.9;
+  ppo.lambd = 0.8;
+  compute_advantages(batch, ppo, algorithms::KlEstimator::kK1);
+  const std::vector<at::Tensor> advantages = batch.get("advantages");
+  const std::vector<at::Tensor> returns = batch.get("returns");
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    const std::vector<double> mask = values_of(batch.samples[i].response_mask);
+    const std::vector<double> value = values_of(critic_values[i]);
+    const int64_t length = static_cast<int64_t>(mask.size());
+    int64_t last_counted = length - 1;
+    while (mask[last_counted] == 0) --last_counted;
+    std::vector<double> expected(length);
+    double next_advantage = 0, next_value = 0;
+    for (int64_t t = length - 1; t >= 0; --t) {
+      const double reward = t == last_counted ? batch.rewards[i] : 0.0;
+      const double delta = reward + 0.9 * next_value - value[t];
+      expected[t] = delta + 0.9 * 0.8 * next_advantage;
+      next_advantage = expected[t];
+      next_value = value[t];
+    }
+    const std::vector<double> got = values_of(advantages[i]);
+    const std::vector<double> target = values_of(returns[i]);
+    for (int64_t t = 0; t < length; ++t) {
+      EXPECT_NEAR(got[t], expected[t], 1e-6) << "sample " << i << " token " << t;
+      EXPECT_NEAR(target[t], expected[t] + value[t], 1e-6) << "sample " << i << " token " << t;
+    }
+  }
+}
+
 TEST(TrainingBatch, MistakesNameTheSample) {
   auto groups = two_groups();
   groups[1][1].reward = nullptr;
@@ -160,9 +201,9 @@ TEST(TrainingBatch, MistakesNameTheSample) {
   TrainingBatch batch = training_batch(two_groups());
   algorithms::AdvantageOptions ppo;
   ppo.estimator = algorithms::AdvantageEstimator::kPpo;
-  EXPECT_CONTAINS(error_message_of<ConfigError>(
+  EXPECT_CONTAINS(error_message_of<Error>(
                       [&] { compute_advantages(batch, ppo, algorithms::KlEstimator::kK1); }),
-                  "needs a critic");
+                  "no per-token \"values\"");
   algorithms::AdvantageOptions shaped;
   shaped.kl_coef = 0.1;
   EXPECT_CONTAINS(error_message_of<Error>(
