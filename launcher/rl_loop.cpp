@@ -8,6 +8,7 @@
 #include "actors/runtime.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "fsdp/checkpoint.h"
 #include "launcher/debug_rollout_data.h"
 #include "launcher/trainer_group.h"
 #include "rollout/rollout_metrics.h"
@@ -63,6 +64,9 @@ int64_t token_count(const TrainingBatch& batch) {
 std::string rollout_state_path(const std::string& dir, int64_t iteration) {
   return dir + "/rollout_state_" + std::to_string(iteration) + ".json";
 }
+
+// ppo's critic saves its own checkpoints beside the policy's.
+std::string critic_dir(const std::string& dir) { return dir + "/critic"; }
 
 nlohmann::json read_rollout_state(const std::string& dir, int64_t iteration) {
   const std::string path = rollout_state_path(dir, iteration);
@@ -142,6 +146,10 @@ int64_t RlLoop::resume() {
   const nlohmann::json state = read_rollout_state(load_dir, progress.iteration);
   const int64_t first_rollout = state["next_rollout_id"].get<int64_t>();
   optimizer_steps_ = state["optimizer_steps"].get<int64_t>();
+  if (plan_.with_critic) {
+    actors::get_all(job_.critics.call_all(&TrainActor::load_iteration, critic_dir(load_dir),
+                                          state["critic_iteration"].get<int64_t>()));
+  }
   if (manager_ && !state["rollout_manager"].is_null()) manager_->restore(state["rollout_manager"]);
   if (!manager_ && source_ && state.contains("prompt_source")) {
     source_->restore(state["prompt_source"], rollout_state_path(load_dir, progress.iteration));
@@ -247,19 +255,38 @@ void RlLoop::score(TrainingBatch& batch, MetricLine& line) {
                                          trainer_.temperature, Scorer::kReference));
     line["perf/ref_log_probs_time"] = seconds_since(start);
   }
+  if (plan_.with_critic) {
+    start = Clock::now();
+    batch.set("values", values(job_.critics, everything, trainer_.packing));
+    line["perf/values_time"] = seconds_since(start);
+  }
   compute_advantages(batch, algorithm_.advantage, algorithm_.policy_loss.kl_loss_type);
 }
 
-// Each optimizer step logs a line of its own, "train/step" counting them over the run.
+// Each optimizer step logs a line of its own, "train/step" counting the policy's steps over the
+// run. With ppo the critic takes the same step at the same time (its keys critic/*); the first
+// --num-critic-only-steps rollouts train the critic alone.
 void RlLoop::train(int64_t rollout_id, const TrainingBatch& batch, MetricLine& line) {
   const Clock::time_point start = Clock::now();
+  const bool policy_trains = rollout_id >= config_.get<int64_t>("num_critic_only_steps");
   for (const TrainBatch& step : batch.global_batches(plan_.global_batch_size)) {
-    const TrainStepResult trained = train_step(job_.trainers, step, trainer_.packing);
+    std::optional<PendingTrainStep> critic_step;
+    if (plan_.with_critic) critic_step = start_train_step(job_.critics, step, trainer_.packing);
     MetricLine step_line;
-    for (const auto& [key, value] : trained.metrics) step_line["train/" + key] = value;
-    step_line["train/grad_norm"] = trained.grad_norm;
-    step_line["train/lr"] = trained.lr;
-    step_line["train/step"] = static_cast<double>(++optimizer_steps_);
+    if (policy_trains) {
+      const TrainStepResult trained = train_step(job_.trainers, step, trainer_.packing);
+      for (const auto& [key, value] : trained.metrics) step_line["train/" + key] = value;
+      step_line["train/grad_norm"] = trained.grad_norm;
+      step_line["train/lr"] = trained.lr;
+      ++optimizer_steps_;
+    }
+    step_line["train/step"] = static_cast<double>(optimizer_steps_);
+    if (critic_step) {
+      const TrainStepResult critic = critic_step->wait();
+      for (const auto& [key, value] : critic.metrics) step_line["critic/" + key] = value;
+      step_line["critic/grad_norm"] = critic.grad_norm;
+      step_line["critic/lr"] = critic.lr;
+    }
     log_.train_step(rollout_id, step_line);
   }
   line["perf/train_time"] = seconds_since(start);
@@ -284,6 +311,10 @@ void RlLoop::evaluate(int64_t rollout_id) {
   log_.eval(rollout_id, line);
 }
 
+// The critic's checkpoint comes first, then the rollout state naming it, then the policy's,
+// whose tracker makes the whole checkpoint the one that loads. While the critic trains alone the
+// policy's iteration stands still: its checkpoint is already on disk, and the rewritten rollout
+// state is what moves the checkpoint on.
 void RlLoop::save(int64_t next_rollout_id) {
   const std::string save_dir = config_.get<std::string>("save");
   nlohmann::json state = {{"next_rollout_id", next_rollout_id},
@@ -291,7 +322,14 @@ void RlLoop::save(int64_t next_rollout_id) {
                           {"rollout_manager", manager_ ? manager_->state() : nlohmann::json()}};
   if (!manager_ && source_) state["prompt_source"] = source_->state();
   std::filesystem::create_directories(save_dir);
+  if (plan_.with_critic) {
+    state["critic_iteration"] =
+        actors::get_all(job_.critics.call_all(&TrainActor::save, critic_dir(save_dir)))
+            .front()
+            .iteration;
+  }
   write_file_atomically(rollout_state_path(save_dir, optimizer_steps_), state.dump(2) + "\n");
+  if (fsdp::latest_checkpoint_iteration(save_dir) == optimizer_steps_) return;
   if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::wake_up));
   actors::get_all(job_.trainers.call_all(&TrainActor::save, save_dir));
   if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::sleep));

@@ -9,6 +9,7 @@
 #include "actors/errors.h"
 #include "actors/node_agent.h"
 #include "actors/runtime.h"
+#include "algorithms/value_loss.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "launcher/cluster_command.h"
@@ -53,7 +54,10 @@ void start_runtime(const Config& config, const TrainPlan& plan) {
     // This machine alone: its GPUs as they are; without any, as many CPU slots as the job has
     // bundles (a CPU machine's "GPUs").
     runtime.resources = actors::detect_node_resources();
-    if (runtime.resources.count("GPU") == 0) runtime.resources["CPU"] = plan.gpus_needed();
+    if (runtime.resources.count("GPU") == 0) {
+      runtime.resources["CPU"] =
+          plan.gpus_needed() + (plan.with_critic ? plan.critic_world_size : 0);
+    }
   }
   actors::init(runtime);
 }
@@ -70,14 +74,24 @@ std::string slot_resource() {
 // How long a job that fits the cluster waits for other jobs to free what it needs.
 constexpr std::chrono::seconds kWaitForBusyCluster{60};
 
-actors::PlacementGroup reserve_bundles(const TrainPlan& plan, const std::string& resource,
-                                       const std::string& address) {
-  const std::vector<actors::ResourceSet> bundles(plan.gpus_needed(), {{resource, 1.0}});
-  const std::string asked = std::to_string(plan.gpus_needed()) + " bundles of " + resource +
-                            " = 1 (trainer: --actor-num-nodes * --actor-num-gpus-per-node = " +
-                            std::to_string(plan.world_size) +
-                            "; engines: --rollout-num-gpus = " + std::to_string(plan.num_engines) +
-                            (plan.colocate ? ", colocated" : ", disaggregated") + ")";
+// The trainer's and the engines' bundles.
+std::string what_the_job_asks(const TrainPlan& plan, const std::string& resource) {
+  return std::to_string(plan.gpus_needed()) + " bundles of " + resource +
+         " = 1 (trainer: --actor-num-nodes * --actor-num-gpus-per-node = " +
+         std::to_string(plan.world_size) +
+         "; engines: --rollout-num-gpus = " + std::to_string(plan.num_engines) +
+         (plan.colocate ? ", colocated" : ", disaggregated") + ")";
+}
+
+// The critic's bundles.
+std::string what_the_critic_asks(const TrainPlan& plan, const std::string& resource) {
+  return std::to_string(plan.critic_world_size) + " bundles of " + resource +
+         " = 1 (critic: --critic-num-nodes * --critic-num-gpus-per-node)";
+}
+
+actors::PlacementGroup reserve_bundles(int count, const std::string& asked,
+                                       const std::string& resource, const std::string& address) {
+  const std::vector<actors::ResourceSet> bundles(count, {{resource, 1.0}});
   const std::string cluster = address.empty() ? "this machine" : "the cluster at " + address;
   std::optional<actors::PlacementGroup> group;
   try {
@@ -134,6 +148,20 @@ void log_placement(const TrainPlan& plan, const actors::PlacementGroup& group) {
 
 }  // namespace
 
+TrainInit critic_init(const Config& config, const TrainInit& actor) {
+  TrainInit critic = actor;
+  critic.role = TrainerRole::kCritic;
+  critic.group_name = actor.group_name + "-critic";
+  const std::string critic_load = config.get<std::string>("critic_load");
+  if (!critic_load.empty()) critic.model_dir = critic_load;
+  critic.reference_model = false;
+  critic.options.loss_type = fsdp::LossType::kValueLoss;
+  critic.options.value_loss = algorithms::ValueLossOptions::from_config(config);
+  const double critic_lr = config.get<double>("critic_lr");
+  if (critic_lr > 0) critic.options.lr = critic_lr;
+  return critic;
+}
+
 actors::ActorHandle<rollout::RolloutEngine> spawn_engine(const Config& config,
                                                          const TrainPlan& plan,
                                                          const RlProcesses& job, int e) {
@@ -165,8 +193,14 @@ RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, cons
   const std::string resource = slot_resource();
   RlProcesses job;
   job.on_gpus = resource == "GPU";
-  job.placement = reserve_bundles(plan, resource, cluster_address(config).address);
+  const std::string address = cluster_address(config).address;
+  job.placement =
+      reserve_bundles(plan.gpus_needed(), what_the_job_asks(plan, resource), resource, address);
   log_placement(plan, *job.placement);
+  if (plan.with_critic) {
+    job.critic_placement = reserve_bundles(plan.critic_world_size,
+                                           what_the_critic_asks(plan, resource), resource, address);
+  }
 
   if (plan.with_trainers) {
     actors::ActorGroupOptions group;
@@ -175,6 +209,16 @@ RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, cons
     group.group_name = init.group_name;
     job.trainers = TrainerGroup::spawn(plan.world_size, group);
     actors::get_all(job.trainers.call_all(&TrainActor::init, init));
+  }
+  if (plan.with_critic) {
+    actors::ActorGroupOptions group;
+    group.actor.resources = {{resource, 1.0}};
+    group.actor.label = "CriticActor";
+    group.placement_group = &*job.critic_placement;
+    const TrainInit critic = critic_init(config, init);
+    group.group_name = critic.group_name;
+    job.critics = TrainerGroup::spawn(plan.critic_world_size, group);
+    actors::get_all(job.critics.call_all(&TrainActor::init, critic));
   }
   if (plan.with_engines()) {
     // Every engine loads its model at once; then their servers start.

@@ -34,15 +34,23 @@ struct RlProcesses {
   std::optional<actors::PlacementGroup> placement;
   bool on_gpus = false;   // the bundles are GPUs (else CPU process slots)
   TrainerGroup trainers;  // empty with --debug-rollout-only
+  // ppo's critic: ranks of their own, in a placement group of their own.
+  std::optional<actors::PlacementGroup> critic_placement;
+  TrainerGroup critics;
   std::vector<actors::ActorHandle<rollout::RolloutEngine>> engines;  // empty without engines
   std::unique_ptr<rollout::Router> router;  // over the engines' HTTP servers
 };
 
 // Starts the actor runtime, reserves the bundles (ConfigError naming the placement flags, before
 // any worker starts, when the cluster's nodes cannot hold them, or after a minute when other jobs
-// keep them busy), then starts the trainer ranks (init'ed with `init`), the engines with their
-// HTTP servers, the router, and connects the trainers to the engines.
+// keep them busy), then starts the trainer ranks (init'ed with `init`), the critic's ranks with
+// ppo (critic_init), the engines with their HTTP servers, the router, and connects the trainers
+// to the engines.
 RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, const TrainInit& init);
+
+// The critic of `actor` (the policy's init): the same trainer options, with a value head from
+// --critic-load (else the policy's model and a value head at 0), the value loss and --critic-lr.
+TrainInit critic_init(const Config& config, const TrainInit& actor);
 
 // Engine e of the job as start_rl_processes starts it (and a restart after a fault starts it
 // again): a RolloutEngine actor in its bundle, loading the initial model (--hf-checkpoint) ...

@@ -169,14 +169,10 @@ ConfigSchema build_schema() {
 
 int TrainPlan::first_engine_bundle() const { return with_trainers && !colocate ? world_size : 0; }
 
-int TrainPlan::first_critic_bundle() const {
+int TrainPlan::gpus_needed() const {
   const int trainer = with_trainers ? world_size : 0;
   const int engines = with_engines() ? num_engines : 0;
   return colocate && with_trainers ? std::max(trainer, engines) : trainer + engines;
-}
-
-int TrainPlan::gpus_needed() const {
-  return first_critic_bundle() + (with_critic ? critic_world_size : 0);
 }
 
 TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {

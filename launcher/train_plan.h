@@ -29,16 +29,13 @@ struct TrainPlan {
   int num_engines = 1;
   bool colocate = false;         // engines share the trainer ranks' GPUs
   std::string offload = "auto";  // --offload: whether colocated trainer and engines take turns
-  // The critic of --advantage-estimator ppo: ranks of its own, one bundle each after the
-  // trainer's and the engines'.
+  // The critic of --advantage-estimator ppo: ranks on GPUs of their own.
   bool with_critic = false;
   int critic_world_size = 0;
-  // The GPUs the job asks of the cluster: the trainer's and the engines' (colocated, the larger
-  // of the two), and the critic's.
+  // The GPUs of the trainer and the engines: colocated, the trainer's; else trainer's + engines'.
   int gpus_needed() const;
-  // Where the engines' and the critic's bundles start in the placement group.
+  // Where the engines' bundles start in the placement group of gpus_needed() bundles.
   int first_engine_bundle() const;
-  int first_critic_bundle() const;
 
   // The run.
   int64_t num_rollout = 0;

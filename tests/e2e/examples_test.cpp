@@ -1,7 +1,7 @@
 // The CPU example scripts as users run them (examples/README.md), each cut to 2 rollouts and a
 // short warm start: every one must exit 0 and write the metrics its algorithm or plugin is
 // about.
-//   - examples/algorithms/{grpo,dapo,gspo,reinforce_plus_plus}.sh: grpo.sh makes the warm
+//   - examples/algorithms/{grpo,dapo,gspo,reinforce_plus_plus,ppo}.sh: grpo.sh makes the warm
 //     start, the others begin from it (WARM_START); each run's config.json names its algorithm,
 //     and each logs what only that algorithm produces (the KL metric of GRPO, DAPO's dropped
 //     groups, the reference log-probs of REINFORCE++'s KL penalty).
@@ -149,6 +149,21 @@ TEST(ExamplesTest, AlgorithmVariantsRunOnTheDemoTask) {
   // The KL penalty in the rewards needs the reference model's log-probs every rollout.
   for (const json& rollout : reinforce.rollouts) {
     EXPECT_TRUE(rollout.contains("perf/ref_log_probs_time")) << rollout.dump();
+  }
+
+  // ppo: a critic rank scores every rollout and trains beside the policy (from the first
+  // rollout here; RlDemoTest runs the critic-only start).
+  const ScriptRun ppo = run_example("algorithms/ppo.sh", {{"WARM_START", warm_start}},
+                                    {"--num-critic-only-steps", "0"});
+  expect_complete_rl_run(ppo, "ppo");
+  EXPECT_EQ(ppo.config.value("advantage_estimator", ""), "ppo");
+  for (const json& rollout : ppo.rollouts) {
+    EXPECT_TRUE(rollout.contains("perf/values_time")) << rollout.dump();
+  }
+  ASSERT_FALSE(ppo.train_steps.empty());
+  for (const json& step : ppo.train_steps) {
+    EXPECT_TRUE(step.contains("critic/value_loss")) << step.dump();
+    EXPECT_TRUE(step.contains("critic/value_clipfrac")) << step.dump();
   }
 }
 

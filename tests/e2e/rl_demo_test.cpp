@@ -2,7 +2,8 @@
 // and run in three placements (between them: colocated and apart, 1 and 2 trainer ranks, 1 and
 // 2 engines): eval/add, the share of sampled answers that are exactly the sum, must rise by a
 // stated margin from the warm start's level. The first run does the supervised warm start; the
-// others begin GRPO from its model (WARM_START). Seeds are fixed; nothing here is timed.
+// others begin GRPO from its model (WARM_START), and so does PPO with a learned critic
+// (examples/algorithms/ppo.sh). Seeds are fixed; nothing here is timed.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -46,7 +47,7 @@ DemoRun run_demo(const std::string& name, const std::string& placement,
   return result;
 }
 
-TEST(RlDemoTest, GrpoRaisesTheEvalRewardInEveryPlacement) {
+TEST(RlDemoTest, GrpoInEveryPlacementAndPpoRaiseTheEvalReward) {
   // 2 trainer ranks and 2 engines apart (the demo's own placement), after the warm start.
   const DemoRun first =
       run_demo("disaggregated", "--actor-num-gpus-per-node 2 --rollout-num-gpus 2", "");
@@ -67,6 +68,34 @@ TEST(RlDemoTest, GrpoRaisesTheEvalRewardInEveryPlacement) {
     EXPECT_NEAR(run.eval[0], first.eval[0], 0.1) << name;
     EXPECT_GE(run.eval[1], run.eval[0] + 0.2) << name << ": GRPO did not raise eval/add";
   }
+
+  // PPO with a learned critic (examples/algorithms/ppo.sh): 5 rollouts train the critic alone,
+  // then both learn.
+  const std::string out = ::ooze::testing::make_temp_dir("rl-demo-ppo");
+  ::ooze::testing::Process ppo(
+      {"/bin/bash", std::string(OOZE_SOURCE_DIR) + "/examples/algorithms/ppo.sh"},
+      {{"BUILD_DIR", ::ooze::testing::build_path("")},
+       {"OUT", out},
+       {"NUM_ROLLOUT", "100"},
+       {"EVAL_INTERVAL", "100"},
+       {"WARM_START", warm_start}},
+      out + ".log");
+  const ::ooze::testing::ExitStatus status = ppo.wait(600s);
+  ASSERT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << ppo.output();
+  std::vector<double> eval;
+  std::ifstream metrics(out + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(metrics, line)) {
+    const json parsed = json::parse(line);
+    if (parsed.contains("eval/add")) eval.push_back(parsed["eval/add"].get<double>());
+    if (parsed.contains("train/step")) {
+      EXPECT_TRUE(parsed.contains("critic/value_loss")) << parsed.dump();
+      EXPECT_EQ(parsed.contains("train/pg_loss"), parsed["step"].get<int>() >= 5) << parsed.dump();
+    }
+  }
+  ASSERT_EQ(eval.size(), 2u);
+  EXPECT_NEAR(eval[0], first.eval[0], 0.1);
+  EXPECT_GE(eval[1], eval[0] + 0.2) << "PPO did not raise eval/add";
 }
 
 }  // namespace
