@@ -132,6 +132,7 @@ WeightSyncReport WeightSyncer::sync_engine(size_t index, int64_t version) {
                       std::to_string(engines_.size()) + " engines)");
   }
   engine_mapped_[index] = false;  // a restarted engine has mapped nothing
+  leave_group_of(index);          // nor joined any group
   return run(version, /*abort_in_flight=*/true, {index});
 }
 
@@ -183,6 +184,7 @@ WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
     }
     failures << "\n  " << t.name() << ": " << t.failure;
     engine_mapped_[t.index] = false;  // restarted, it maps the buffers anew
+    leave_group_of(t.index);          // and joins a new group
     // Best effort: an engine still alive must not wait out its own timeout to refuse requests.
     try {
       t.engine->call(&rollout::RolloutEngine::abort_weight_sync, t.failure).get(timeout);
@@ -199,6 +201,14 @@ WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
                           " engines (the others have it):" + failures.str());
   }
   return report;
+}
+
+void WeightSyncer::leave_group_of(size_t index) {
+  if (std::find(group_members_.begin(), group_members_.end(), index) == group_members_.end()) {
+    return;
+  }
+  group_.reset();
+  group_members_.clear();
 }
 
 void WeightSyncer::walk_without_delivering(WeightSyncReport& report) {

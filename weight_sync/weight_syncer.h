@@ -117,6 +117,9 @@ class WeightSyncer {
                     const Args&... args);
   void open_shared_buffers(std::vector<Target>& targets);
   void form_group(std::vector<Target>& targets);
+  // Drops the broadcast group when engine `index` is in it (a failed or restarted engine: the
+  // next sync forms a new one).
+  void leave_group_of(size_t index);
   // Packs bucket k into `buffer` (its per-tensor checksums noted with --check-weight-sync).
   void pack(size_t k, at::Tensor& buffer, WeightSyncReport& report);
   void check_checksums(std::vector<Target>& targets);

@@ -156,6 +156,16 @@ class WeightSyncerTest : public ::testing::TestWithParam<SyncCase> {
 
 std::string* WeightSyncerTest::dir_ = nullptr;
 
+template <class Condition>
+bool eventually(Condition condition, std::chrono::milliseconds timeout = 30s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
 TEST_P(WeightSyncerTest, SyncsInARowDeliverTheTrainersWeightsExactlyUnderIncreasingVersions) {
   const SyncCase& c = GetParam();
   const int64_t segments_before = shared_memory_segments();
@@ -210,6 +220,48 @@ TEST_F(WeightSyncerFaultTest, ADeadEngineIsNamedTheOthersSyncAndItResyncsAloneAf
   const WeightSyncReport report = syncer.sync_engine(1, 2);
   EXPECT_EQ(report.engines, 1);
   expect_engines_match_trainer("float32", 2);
+}
+
+TEST_F(WeightSyncerFaultTest, ABroadcastEngineRestartedAgainAndAgainJoinsANewGroupEachTime) {
+  spawn_engines(2, "float32", /*max_restarts=*/2);
+  WeightSyncer syncer(trainer_->sharded(), at::kFloat, engines_, EnginePlacement::kDisaggregated,
+                      sync_options(16384), "restart-test");
+  change_trainer_weights(1);
+  syncer.sync(1);
+  for (int restart = 1; restart <= 2; ++restart) {
+    const int pid = engines_[1].info().pid;
+    actors::kill(engines_[1], /*allow_restart=*/true);
+    ASSERT_TRUE(eventually([&] {
+      const actors::ActorInfo info = engines_[1].info();
+      return info.state == actors::ActorState::kAlive && info.pid != pid;
+    })) << "restart "
+        << restart;
+    // The new process is in no group: the one formed for the last restart must not be reused.
+    const WeightSyncReport report = syncer.sync_engine(1, 1);
+    EXPECT_EQ(report.engines, 1) << "restart " << restart;
+    expect_engines_match_trainer("float32", 1);
+  }
+  // A full sync afterwards forms a group of both again.
+  change_trainer_weights(2);
+  EXPECT_EQ(syncer.sync(2).engines, 2);
+  expect_engines_match_trainer("float32", 2);
+}
+
+TEST_F(WeightSyncerFaultTest, AnEngineThatDiedBeforeTheBroadcastLeavesNoStaleGroup) {
+  spawn_engines(2, "float32", /*max_restarts=*/1);
+  WeightSyncer syncer(trainer_->sharded(), at::kFloat, engines_, EnginePlacement::kDisaggregated,
+                      sync_options(16384), "stale-group-test");
+  change_trainer_weights(1);
+  syncer.sync(1);
+  actors::kill(engines_[1], /*allow_restart=*/true);
+  change_trainer_weights(2);
+  EXPECT_CONTAINS(error_message_of<WeightSyncError>([&] { syncer.sync(2); }),
+                  "failed for 2 of 2 engines");
+  // Both back (engine 1 restarted, engine 0 refusing until a complete sync): the next full sync
+  // needs a new group, not the one engine 1's old process was in.
+  engines_[1].wait_ready();
+  EXPECT_EQ(syncer.sync(3).engines, 2);
+  expect_engines_match_trainer("float32", 3);
 }
 
 TEST_F(WeightSyncerFaultTest, AHundredSyncsLeaveNoSharedMemoryBehind) {
