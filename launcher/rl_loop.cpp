@@ -9,6 +9,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "fsdp/checkpoint.h"
+#include "launcher/async_rollouts.h"
 #include "launcher/debug_rollout_data.h"
 #include "launcher/trainer_group.h"
 #include "rollout/rollout_metrics.h"
@@ -124,10 +125,29 @@ void RlLoop::on_every_engine(void (rollout::RolloutEngine::*method)()) {
 void RlLoop::run() {
   const int64_t first_rollout = resume();
   if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::sleep));
-  for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
-    run_rollout(rollout_id);
+  if (plan_.async_training) {
+    // Generation runs on a thread of its own, ahead of training by at most --max-staleness.
+    AsyncRollouts rollouts(
+        first_rollout, plan_.num_rollout, plan_.max_staleness,
+        [this](int64_t rollout_id) { return generate_rollout(rollout_id); },
+        [this] { return generation_state(); });
+    async_ = &rollouts;
+    for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
+      const Clock::time_point start = Clock::now();
+      GeneratedRollout generated = rollouts.next();
+      learn(rollout_id, std::move(generated), seconds_since(start), start);
+    }
+    async_ = nullptr;
+  } else {
+    for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
+      const Clock::time_point start = Clock::now();
+      GeneratedRollout generated = generate_rollout(rollout_id);
+      learn(rollout_id, std::move(generated), seconds_since(start), start);
+    }
   }
-  if (evaluating()) evaluate(plan_.num_rollout);  // the final policy, whatever the interval
+  if (evaluating()) {
+    log_.eval(plan_.num_rollout, evaluate());  // the final policy, whatever the interval
+  }
   const std::string save_hf = config_.get<std::string>("save_hf");
   if (!save_hf.empty() && plan_.with_trainers) {
     if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::wake_up));
@@ -163,27 +183,50 @@ int64_t RlLoop::resume() {
   return first_rollout;
 }
 
-void RlLoop::run_rollout(int64_t rollout_id) {
-  const Clock::time_point step_start = Clock::now();
-  double eval_time = 0;
+// An evaluation of the policy that will train on the rollout, when one is due, then the rollout.
+// With --async this runs on the generation thread: the evaluation waits until the engines hold
+// that policy, and buffered partial groups with tokens older than the staleness bound allows are
+// dropped.
+GeneratedRollout RlLoop::generate_rollout(int64_t rollout_id) {
+  GeneratedRollout generated;
   if (evaluating() && rollout_id % data_.eval_options.eval_interval == 0) {
-    const Clock::time_point start = Clock::now();
-    evaluate(rollout_id);
-    eval_time = seconds_since(start);
+    if (async_) async_->wait_for_version(rollout_id);
+    generated.eval = evaluate();
   }
-  Clock::time_point start = Clock::now();
-  rollout::RolloutResult result = generate(rollout_id);
+  const Clock::time_point start = Clock::now();
+  int64_t stale_groups = 0;
+  if (async_ && manager_) {
+    stale_groups = manager_->drop_buffered_older_than(rollout_id - plan_.max_staleness);
+  }
+  generated.result = generate(rollout_id);
+  generated.seconds = seconds_since(start);
+  if (async_) generated.result.metrics["rollout/stale_groups_dropped"] = stale_groups;
+  return generated;
+}
+
+// Everything after generation, on the loop's thread: score, advantages, train, sync, save, and
+// the rollout's line. `train_wait` is how long the trainer waited for the rollout.
+void RlLoop::learn(int64_t rollout_id, GeneratedRollout generated, double train_wait,
+                   Clock::time_point step_start) {
+  if (!generated.eval.empty()) log_.eval(rollout_id, generated.eval);
+  const rollout::RolloutResult& result = generated.result;
   MetricLine line = result.metrics;
-  line["perf/rollout_time"] = seconds_since(start);
-  if (plan_.with_engines()) line["rollout/oldest_weight_version"] = oldest_weight_version(result);
+  line["perf/rollout_time"] = generated.seconds;
+  if (plan_.with_engines()) {
+    const double oldest = oldest_weight_version(result);
+    line["rollout/oldest_weight_version"] = oldest;
+    // How many versions the oldest token is behind the policy that trains on it (version
+    // rollout_id).
+    if (oldest >= 0) line["rollout/max_staleness"] = static_cast<double>(rollout_id) - oldest;
+  }
   const std::string save_debug_data = config_.get<std::string>("save_debug_rollout_data");
   if (!save_debug_data.empty()) {
     save_debug_rollout_data(debug_rollout_path(save_debug_data, rollout_id), result.groups);
   }
 
+  Clock::time_point start;
   if (plan_.with_trainers) {
-    // The trainer waits while the rollout (and an evaluation before it) runs.
-    line["perf/train_wait_time"] = line["perf/rollout_time"] + eval_time;
+    line["perf/train_wait_time"] = train_wait;
     if (takes_turns()) {
       start = Clock::now();
       on_every_engine(&rollout::RolloutEngine::release_memory);
@@ -199,6 +242,7 @@ void RlLoop::run_rollout(int64_t rollout_id) {
       if (takes_turns()) on_every_engine(&rollout::RolloutEngine::resume_memory);
       double sleep_time = seconds_since(start);
       sync(rollout_id + 1, line);
+      if (async_) async_->weights_synced(rollout_id + 1);
       if (takes_turns()) {
         start = Clock::now();
         actors::get_all(job_.trainers.call_all(&TrainActor::sleep));
@@ -296,19 +340,27 @@ void RlLoop::train(int64_t rollout_id, const TrainingBatch& batch, MetricLine& l
 
 void RlLoop::sync(int64_t version, MetricLine& line) {
   const Clock::time_point start = Clock::now();
-  const auto synced = actors::get_all(
-      job_.trainers.call_all(&TrainActor::update_weights, version, /*abort_in_flight=*/true));
+  // With --async the next rollout is generating: its requests continue with the new weights.
+  const auto synced = actors::get_all(job_.trainers.call_all(&TrainActor::update_weights, version,
+                                                             /*abort_in_flight=*/!async_));
   line["perf/update_weights_time"] = seconds_since(start);
   line["perf/update_weights_bytes"] = static_cast<double>(synced.front().bytes);
   line["perf/update_weights_mb_per_sec"] =
       synced.front().bytes / 1e6 / std::max(line["perf/update_weights_time"], 1e-9);
 }
 
-void RlLoop::evaluate(int64_t rollout_id) {
+MetricLine RlLoop::evaluate() {
   const Clock::time_point start = Clock::now();
   MetricLine line = manager_->evaluate(data_.eval_datasets, data_.eval_options);
   line["perf/eval_time"] = seconds_since(start);
-  log_.eval(rollout_id, line);
+  return line;
+}
+
+// Where generation stands: the prompt position and the partial-rollout buffer.
+nlohmann::json RlLoop::generation_state() const {
+  nlohmann::json state = {{"rollout_manager", manager_ ? manager_->state() : nlohmann::json()}};
+  if (!manager_ && source_) state["prompt_source"] = source_->state();
+  return state;
 }
 
 // The critic's checkpoint comes first, then the rollout state naming it, then the policy's,
@@ -317,10 +369,11 @@ void RlLoop::evaluate(int64_t rollout_id) {
 // state is what moves the checkpoint on.
 void RlLoop::save(int64_t next_rollout_id) {
   const std::string save_dir = config_.get<std::string>("save");
-  nlohmann::json state = {{"next_rollout_id", next_rollout_id},
-                          {"optimizer_steps", optimizer_steps_},
-                          {"rollout_manager", manager_ ? manager_->state() : nlohmann::json()}};
-  if (!manager_ && source_) state["prompt_source"] = source_->state();
+  // With --async the generation is ahead: a resumed run generates from where the next rollout
+  // started.
+  nlohmann::json state = async_ ? async_->state_before(next_rollout_id) : generation_state();
+  state["next_rollout_id"] = next_rollout_id;
+  state["optimizer_steps"] = optimizer_steps_;
   std::filesystem::create_directories(save_dir);
   if (plan_.with_critic) {
     state["critic_iteration"] =

@@ -1,5 +1,5 @@
 // The RL loop of `ooze train`, one rollout id at a time, each phase a method read top to bottom
-// in run_rollout():
+// in generate_rollout() and learn():
 //   1. generate   the rollout manager over the engines (or the sft rollout, or saved samples);
 //   2. score      old log-probs recomputed by the trainer (the engines' with
 //                 --use-rollout-logprobs), reference log-probs when a KL needs them;
@@ -7,7 +7,11 @@
 //   4. train      --global-batch-size samples per optimizer step, dealt over the trainer ranks;
 //   5. sync       the new weights to every engine as version rollout_id + 1;
 //   6. report     a line of Slime's metrics (launcher/run_log.h);
-// with an evaluation every --eval-interval rollouts and a checkpoint every --save-interval.
+// with an evaluation every --eval-interval rollouts and a checkpoint every --save-interval. With
+// ppo a critic scores the samples (values) and trains beside the policy.
+//
+// With --async, generation runs on a thread of its own (launcher/async_rollouts.h): rollout k+1
+// is generated while rollout k trains, and weight syncs reach the engines mid-generation.
 //
 // Colocated on GPUs (or with --offload on), a rank and an engine take turns: the trainer sleeps
 // (its state in host memory) while the engines generate, the engines release their memory while
@@ -17,12 +21,14 @@
 //   RlLoop(config, plan, data, job, trainer, out).run();
 #pragma once
 
+#include <chrono>
 #include <iosfwd>
 #include <memory>
 #include <optional>
 
 #include "algorithms/algorithm_options.h"
 #include "core/config.h"
+#include "launcher/async_rollouts.h"
 #include "launcher/experiment_data.h"
 #include "launcher/rl_placement.h"
 #include "launcher/run_log.h"
@@ -47,12 +53,15 @@ class RlLoop {
 
  private:
   int64_t resume();  // returns the first rollout id
-  void run_rollout(int64_t rollout_id);
+  GeneratedRollout generate_rollout(int64_t rollout_id);
+  void learn(int64_t rollout_id, GeneratedRollout generated, double train_wait,
+             std::chrono::steady_clock::time_point step_start);
   rollout::RolloutResult generate(int64_t rollout_id);
   void score(TrainingBatch& batch, MetricLine& line);
   void train(int64_t rollout_id, const TrainingBatch& batch, MetricLine& line);
   void sync(int64_t version, MetricLine& line);
-  void evaluate(int64_t rollout_id);
+  MetricLine evaluate();
+  nlohmann::json generation_state() const;
   void save(int64_t next_rollout_id);
   bool evaluating() const;   // eval datasets and an --eval-interval were given
   bool takes_turns() const;  // colocated engines and trainer offload in turns (--offload)
@@ -70,6 +79,7 @@ class RlLoop {
   std::unique_ptr<rollout::PromptSource> source_;
   std::unique_ptr<rollout::RolloutManager> manager_;
   int64_t optimizer_steps_ = 0;
+  AsyncRollouts* async_ = nullptr;  // while --async rollouts run
 };
 
 }  // namespace ooze::launcher

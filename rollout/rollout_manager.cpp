@@ -320,6 +320,20 @@ std::vector<std::vector<Sample>> RolloutManager::take_from_buffer(int64_t max_gr
   return taken;
 }
 
+int64_t RolloutManager::drop_buffered_older_than(int64_t version) {
+  auto too_old = [&](const std::vector<Sample>& group) {
+    for (const Sample& sample : group) {
+      for (int64_t token_version : sample.weight_versions) {
+        if (token_version >= 0 && token_version < version) return true;
+      }
+    }
+    return false;
+  };
+  const size_t before = buffer_.size();
+  buffer_.erase(std::remove_if(buffer_.begin(), buffer_.end(), too_old), buffer_.end());
+  return static_cast<int64_t>(before - buffer_.size());
+}
+
 RolloutResult RolloutManager::generate(int64_t rollout_id) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();

@@ -78,6 +78,9 @@ class RolloutManager {
 
   // Groups waiting in the partial-rollout buffer.
   size_t buffered_groups() const { return buffer_.size(); }
+  // Discards the buffered groups with a token sampled by weights older than `version` (too stale
+  // to continue under a staleness bound); returns how many. Their prompts are not drawn again.
+  int64_t drop_buffered_older_than(int64_t version);
 
   // What a resumed run needs: the prompt source's position and the partial-rollout buffer.
   nlohmann::json state() const;
