@@ -59,9 +59,16 @@ std::string new_session_dir() {
   std::time_t now = std::time(nullptr);
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-  std::string dir = "/tmp/ooze/session_" + std::string(stamp) + "_" + std::to_string(getpid());
-  std::filesystem::create_directories(dir);
+  const std::string base =
+      "/tmp/ooze/session_" + std::string(stamp) + "_" + std::to_string(getpid());
+  std::filesystem::create_directories("/tmp/ooze");
   chmod("/tmp/ooze", 01777);
+  // A driver that starts the runtime again within the second (a job restarted after a failure)
+  // gets a directory of its own, so that one runtime's logs and sockets are not the other's.
+  std::string dir = base;
+  for (int n = 2; !std::filesystem::create_directory(dir); ++n) {
+    dir = base + "_" + std::to_string(n);
+  }
   chmod(dir.c_str(), 0700);  // the ipc:// sockets inside are reachable by this user only
   return dir;
 }

@@ -14,6 +14,7 @@
 #include "launcher/cluster_command.h"
 #include "launcher/foundation_demo.h"
 #include "launcher/foundation_demo_config.h"
+#include "launcher/job_restarts.h"
 #include "launcher/model_init_command.h"
 #include "launcher/plot_command.h"
 #include "launcher/reward_command.h"
@@ -121,15 +122,8 @@ void stop_on_signals(const std::string& command) {
 // running when it throws: shut down, the runtime would no longer know of the deaths.
 int fail(const std::string& command, const std::string& message) {
   std::cerr << "ooze " << command << ": " << message << std::endl;
-  const auto deaths = ooze::actors::dead_actors(std::chrono::milliseconds(500));
-  for (const ooze::actors::ActorInfo& dead : deaths) {
-    if (message.find(dead.actor_id) != std::string::npos) continue;  // the error names it
-    std::cerr << "ooze " << command << ": "
-              << ooze::actors::ActorDiedError(dead.label, dead.death_reason, dead.actor_id,
-                                              dead.pid)
-                     .what()
-              << std::endl;
-  }
+  ooze::launcher::report_dead_actors(
+      command, message, ooze::actors::dead_actors(ooze::launcher::kDeathSettle), std::cerr);
   ooze::actors::shutdown();
   return 1;
 }

@@ -1,6 +1,7 @@
 #include "launcher/train_command.h"
 
 #include <exception>
+#include <iostream>
 #include <optional>
 #include <ostream>
 
@@ -8,6 +9,7 @@
 #include "algorithms/algorithm_options.h"
 #include "core/config.h"
 #include "launcher/experiment_data.h"
+#include "launcher/job_restarts.h"
 #include "launcher/rl_loop.h"
 #include "launcher/rl_placement.h"
 #include "launcher/train_plan.h"
@@ -18,48 +20,71 @@
 namespace ooze::launcher {
 namespace {
 
-// Stops the runtime, and with it every process of the job, when the run ends. On an error,
-// main() first names the actors that died (the likely cause), then shuts the runtime down.
+// Stops the runtime, and with it every process of the job, when the run ends. On an error, the
+// caller first names the actors that died (the likely cause), then shuts the runtime down.
 struct RuntimeGuard {
   ~RuntimeGuard() {
     if (std::uncaught_exceptions() == 0 && actors::is_initialized()) actors::shutdown();
   }
 };
 
+// One run of the job: its processes started, the RL loop from `config`'s --load (if any) to the
+// last rollout. OUT/config.json is the config of the latest run (a restart's names its --load).
+void run_job(const Config& config, const TrainPlan& plan, const ExperimentData& data,
+             std::ostream& out) {
+  // The rest of the checks, before any process starts.
+  std::optional<rollout::RewardModel> rewards;
+  if (plan.with_engines()) rewards.emplace(rollout::RewardOptions::from_config(config));
+  TrainerOptions trainer =
+      trainer_options_from_config(config, plan.num_rollout * plan.steps_per_rollout);
+  trainer.policy_loss = algorithms::AlgorithmOptions::from_config(config).policy_loss;
+  // The policy's log-probs are those of the distribution the rollouts sampled (greedy: T = 1).
+  const double temperature = rollout::RolloutOptions::from_config(config).sampling.temperature;
+  trainer.temperature = temperature > 0 ? temperature : 1.0;
+  config.save_effective_config(config.get<std::string>("output_dir"));
+
+  TrainInit init;
+  init.model_dir = config.get<std::string>("hf_checkpoint");
+  init.group_name = "train-" + actors::random_id(4);
+  init.options = trainer;
+  init.reference_model = plan.needs_reference;
+  init.ref_load = config.get<std::string>("ref_load");
+  RuntimeGuard runtime;
+  RlProcesses job = start_rl_processes(config, plan, init);
+  RlLoop(config, plan, data, rewards, job, trainer, out).run();
+}
+
 }  // namespace
 
 int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
   const ConfigSchema& schema = train_schema();
-  const std::optional<Config> config = load_config_from_command_line(schema, args);
+  std::optional<Config> config = load_config_from_command_line(schema, args);
   if (!config) {
     out << "usage: ooze train --hf-checkpoint DIR --prompt-data FILE --rm-type TYPE [flags]\n\n"
         << schema.help();
     return 0;
   }
-  // Everything that can be refused is checked before any process starts.
+  // Everything that can be refused is checked before any process starts (here and in run_job).
   check_model_directory(config->get<std::string>("hf_checkpoint"), "--hf-checkpoint");
   const ExperimentData data = ExperimentData::load(*config);
   const TrainPlan plan = TrainPlan::resolve(*config, data.prompts->size());
-  std::optional<rollout::RewardModel> rewards;
-  if (plan.with_engines()) rewards.emplace(rollout::RewardOptions::from_config(*config));
-  TrainerOptions trainer =
-      trainer_options_from_config(*config, plan.num_rollout * plan.steps_per_rollout);
-  trainer.policy_loss = algorithms::AlgorithmOptions::from_config(*config).policy_loss;
-  // The policy's log-probs are those of the distribution the rollouts sampled (greedy: T = 1).
-  const double temperature = rollout::RolloutOptions::from_config(*config).sampling.temperature;
-  trainer.temperature = temperature > 0 ? temperature : 1.0;
-  config->save_effective_config(config->get<std::string>("output_dir"));
 
-  TrainInit init;
-  init.model_dir = config->get<std::string>("hf_checkpoint");
-  init.group_name = "train-" + actors::random_id(4);
-  init.options = trainer;
-  init.reference_model = plan.needs_reference;
-  init.ref_load = config->get<std::string>("ref_load");
-  RuntimeGuard runtime;
-  RlProcesses job = start_rl_processes(*config, plan, init);
-  RlLoop(*config, plan, data, rewards, job, trainer, out).run();
-  return 0;
+  // --max-restarts: a trainer rank's death restarts the job from its last checkpoint.
+  for (int64_t restarts = 0;; ++restarts) {
+    try {
+      run_job(*config, plan, data, out);
+      return 0;
+    } catch (const std::exception& error) {
+      if (restarts == plan.max_restarts) throw;  // main() names the dead and shuts down
+      const std::vector<actors::ActorInfo> deaths = actors::dead_actors(kDeathSettle);
+      if (!trainer_died(deaths)) throw;
+      std::cerr << "ooze train: " << error.what() << std::endl;
+      report_dead_actors("train", error.what(), deaths, std::cerr);
+      actors::shutdown();
+      config = restart_config(schema, args, config->get<std::string>("save"), restarts + 1,
+                              plan.max_restarts, std::cerr);
+    }
+  }
 }
 
 }  // namespace ooze::launcher

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,149 +19,27 @@
 #include <thread>
 #include <vector>
 
-#include "core/checksum.h"
 #include "tests/launcher/tiny_train_command.h"
 #include "tests/support/process.h"
 
 namespace ooze::launcher {
 namespace {
 
+using ::ooze::testing::checkpointing_train_command;
 using ::ooze::testing::ooze_binary;
 using ::ooze::testing::Process;
+using ::ooze::testing::processes_of_session;
+using ::ooze::testing::read_file;
+using ::ooze::testing::session_of;
+using ::ooze::testing::wait_until;
+using ::ooze::testing::Worker;
+using ::ooze::testing::worker_labelled;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 constexpr auto kExitBound = 30s;  // from the signal or the kill to the driver's exit
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return condition();
-}
-
-// /proc/PID/stat's fields after the command name: state first, then the parent's pid.
-std::vector<std::string> stat_fields(int pid) {
-  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  std::vector<std::string> fields;
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return fields;
-  std::istringstream in(stat.substr(close + 1));
-  for (std::string field; in >> field;) fields.push_back(field);
-  return fields;
-}
-
-// The value of `name` in process `pid`'s environment ("" when unset or unreadable).
-std::string environment_value(int pid, const std::string& name) {
-  const std::string environ = read_file("/proc/" + std::to_string(pid) + "/environ");
-  const std::string prefix = name + "=";
-  for (size_t start = 0; start < environ.size();) {
-    size_t end = environ.find('\0', start);
-    if (end == std::string::npos) end = environ.size();
-    if (environ.compare(start, prefix.size(), prefix) == 0) {
-      return environ.substr(start + prefix.size(), end - start - prefix.size());
-    }
-    start = end + 1;
-  }
-  return "";
-}
-
-std::vector<int> all_pids() {
-  std::vector<int> pids;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos) {
-      pids.push_back(std::stoi(name));
-    }
-  }
-  return pids;
-}
-
-// Every running process (a zombie has ended) that the node started for the session: whatever
-// the job leaves behind, wherever it was reparented, is found here.
-std::vector<int> processes_of_session(const std::string& session) {
-  std::vector<int> found;
-  for (int pid : all_pids()) {
-    const std::vector<std::string> fields = stat_fields(pid);
-    if (fields.empty() || fields[0] == "Z") continue;
-    if (environment_value(pid, "OOZE_SESSION_DIR") == session) found.push_back(pid);
-  }
-  return found;
-}
-
-// The session directory of the driver `driver`, from the environment of its workers.
-std::string session_of(int driver) {
-  for (int pid : all_pids()) {
-    const std::vector<std::string> fields = stat_fields(pid);
-    if (fields.size() < 2 || fields[1] != std::to_string(driver)) continue;
-    const std::string session = environment_value(pid, "OOZE_SESSION_DIR");
-    if (!session.empty()) return session;
-  }
-  return "";
-}
-
-// A worker as its log's name SESSION/logs/<label>-<actor id>-<pid>.err tells it.
-struct Worker {
-  std::string label;  // with '_' for spaces and '=': "TrainActor_rank_1"
-  std::string actor_id;
-  int pid = 0;
-};
-
-std::vector<Worker> workers_of(const std::string& session) {
-  std::vector<Worker> workers;
-  for (const auto& entry : fs::directory_iterator(session + "/logs")) {
-    if (entry.path().extension() != ".err") continue;
-    const std::string name = entry.path().stem().string();
-    const size_t pid_dash = name.rfind('-');
-    const size_t id_dash = name.rfind('-', pid_dash - 1);
-    if (pid_dash == std::string::npos || id_dash == std::string::npos) continue;
-    workers.push_back(Worker{name.substr(0, id_dash),
-                             name.substr(id_dash + 1, pid_dash - id_dash - 1),
-                             std::stoi(name.substr(pid_dash + 1))});
-  }
-  return workers;
-}
-
-Worker worker_labelled(const std::string& session, const std::string& label) {
-  for (const Worker& worker : workers_of(session)) {
-    if (worker.label == label) return worker;
-  }
-  ADD_FAILURE() << "no worker " << label << " in " << session << "/logs";
-  return Worker{};
-}
-
-// The launcher tests' tiny `ooze train` with two trainer ranks and one engine, a checkpoint
-// after every rollout, and far more rollouts than the test lets it run.
-std::vector<std::string> train_command(const std::string& dir,
-                                       const std::vector<std::string>& flags = {}) {
-  std::vector<std::string> job = {"--n-samples-per-prompt",
-                                  "2",
-                                  "--rollout-max-response-len",
-                                  "4",
-                                  "--num-rollout",
-                                  "100000",
-                                  "--actor-num-gpus-per-node",
-                                  "2",
-                                  "--rollout-num-gpus",
-                                  "1",
-                                  "--save",
-                                  dir + "/save",
-                                  "--save-interval",
-                                  "1"};
-  job.insert(job.end(), flags.begin(), flags.end());
-  return ::ooze::testing::tiny_train_command(dir, job);
-}
 
 // A run of the job, started and let run until its first checkpoint is on disk.
 struct RunningJob {
@@ -172,7 +49,7 @@ struct RunningJob {
 
   explicit RunningJob(const std::string& name) {
     dir = ::ooze::testing::make_temp_dir("train-shutdown-" + name);
-    driver = std::make_unique<Process>(train_command(dir),
+    driver = std::make_unique<Process>(checkpointing_train_command(dir),
                                        std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}},
                                        dir + "/log.txt");
     const bool saved = wait_until(
@@ -220,26 +97,7 @@ struct RunningJob {
 
   // The iteration the tracker names, after checking that checkpoint is whole.
   int64_t expect_last_checkpoint_whole() const {
-    const std::string save = dir + "/save";
-    const int64_t iteration = std::stoll(read_file(save + "/latest_checkpointed_iteration.txt"));
-    EXPECT_GE(iteration, 1);
-    char name[32];
-    std::snprintf(name, sizeof(name), "/iter_%07lld", static_cast<long long>(iteration));
-    const std::string checkpoint = save + name;
-    const json metadata = json::parse(read_file(checkpoint + "/metadata.json"), nullptr, false);
-    EXPECT_FALSE(metadata.is_discarded()) << checkpoint << "/metadata.json is not JSON";
-    if (metadata.is_discarded()) return iteration;
-    EXPECT_EQ(metadata["files"].size(), 4u) << "a model and an optimizer file for each rank";
-    for (const json& file : metadata["files"]) {
-      const std::string bytes = read_file(checkpoint + "/" + file["name"].get<std::string>());
-      EXPECT_EQ(bytes.size(), file["bytes"].get<size_t>()) << file.dump();
-      EXPECT_EQ(crc32(bytes.data(), bytes.size()), file["crc32"].get<uint32_t>()) << file.dump();
-    }
-    const json state = json::parse(
-        read_file(save + "/rollout_state_" + std::to_string(iteration) + ".json"), nullptr, false);
-    EXPECT_TRUE(!state.is_discarded() && state.contains("next_rollout_id"))
-        << "the rollout state of iteration " << iteration << " is missing or broken";
-    return iteration;
+    return ::ooze::testing::expect_last_checkpoint_whole(dir + "/save");
   }
 };
 
@@ -269,9 +127,9 @@ TEST_F(TrainShutdownTest, CtrlCStopsTheJobWith130AndTheRunResumesFromItsLastChec
   const json state = json::parse(
       read_file(job.dir + "/save/rollout_state_" + std::to_string(iteration) + ".json"));
   const int64_t next_rollout = state["next_rollout_id"].get<int64_t>();
-  std::vector<std::string> resume =
-      train_command(job.dir, {"--load", job.dir + "/save", "--save", job.dir + "/save-resumed",
-                              "--num-rollout", std::to_string(next_rollout + 1)});
+  std::vector<std::string> resume = checkpointing_train_command(
+      job.dir, {"--load", job.dir + "/save", "--save", job.dir + "/save-resumed", "--num-rollout",
+                std::to_string(next_rollout + 1)});
   Process resumed(resume, {{"OMP_NUM_THREADS", "1"}}, job.dir + "/resume-log.txt");
   const ::ooze::testing::ExitStatus resumed_status = resumed.wait(60s);
   EXPECT_TRUE(resumed_status.exited && resumed_status.code == 0)

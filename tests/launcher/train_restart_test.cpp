@@ -1,0 +1,262 @@
+// `ooze train` whose processes die mid-run. With --max-restarts a trainer rank killed with
+// kill -9 restarts the job from its last checkpoint (from its start when there is none yet): it
+// exits 0, and the rollouts and steps from there are the ones an uninterrupted run takes; a dead
+// engine still stops it. A driver killed with kill -9 leaves no process of the job behind, and
+// its last checkpoint resumes. (Without --max-restarts a dead rank stops the job:
+// train_shutdown_test.)
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/launcher/tiny_train_command.h"
+#include "tests/support/process.h"
+
+namespace ooze::launcher {
+namespace {
+
+using ::ooze::testing::checkpointing_train_command;
+using ::ooze::testing::ExitStatus;
+using ::ooze::testing::ooze_binary;
+using ::ooze::testing::Process;
+using ::ooze::testing::processes_of_session;
+using ::ooze::testing::read_file;
+using ::ooze::testing::session_of;
+using ::ooze::testing::wait_until;
+using ::ooze::testing::Worker;
+using ::ooze::testing::worker_labelled;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+const std::map<std::string, std::string> kOneThread = {{"OMP_NUM_THREADS", "1"}};
+constexpr int kRollouts = 5;
+
+// The two-rank job of kRollouts rollouts, each checkpointed, with the prompts shuffled and the
+// responses sampled from a seed: a run resumed from a checkpoint takes the same steps.
+std::vector<std::string> seeded_job(const std::string& dir,
+                                    const std::vector<std::string>& flags = {}) {
+  std::vector<std::string> job = {"--num-rollout", std::to_string(kRollouts), "--rollout-shuffle",
+                                  "--sampling-seed", "7"};
+  job.insert(job.end(), flags.begin(), flags.end());
+  return checkpointing_train_command(dir, job);
+}
+
+// The last line metrics.jsonl holds for each rollout and for each optimizer step: a restarted
+// run wrote the rollouts after its checkpoint again, and the later lines are the ones that stand.
+struct Metrics {
+  std::map<int64_t, json> rollouts;  // by rollout id ("step")
+  std::map<int64_t, json> steps;     // by "train/step"
+};
+
+Metrics read_metrics(const std::string& dir) {
+  Metrics metrics;
+  for (const json& line : ::ooze::testing::read_json_lines(dir + "/out/metrics.jsonl")) {
+    if (line.contains("train/step")) {
+      metrics.steps[static_cast<int64_t>(line["train/step"].get<double>())] = line;
+    } else {
+      metrics.rollouts[line["step"].get<int64_t>()] = line;
+    }
+  }
+  return metrics;
+}
+
+// Every rollout/* and train/* metric of `line` equals `expected`'s to 1e-5 (the others are
+// timings).
+void expect_same_metrics(const json& line, const json& expected, const std::string& what) {
+  for (const auto& [key, value] : expected.items()) {
+    if (key.rfind("rollout/", 0) != 0 && key.rfind("train/", 0) != 0) continue;
+    ASSERT_TRUE(line.contains(key)) << what << " has no " << key << ": " << line.dump();
+    EXPECT_NEAR(line[key].get<double>(), value.get<double>(), 1e-5) << key << " of " << what;
+  }
+}
+
+// The number after `prefix` in `text`, or -1.
+int64_t number_after(const std::string& text, const std::string& prefix) {
+  const size_t at = text.find(prefix);
+  if (at == std::string::npos) return -1;
+  return std::stoll(text.substr(at + prefix.size()));
+}
+
+class TrainRestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
+  }
+};
+
+TEST_F(TrainRestartTest, AKilledTrainerRankRestartsTheJobFromItsLastCheckpointToTheSameSteps) {
+  // The uninterrupted run.
+  const std::string base = ::ooze::testing::make_temp_dir("train-restart-baseline");
+  Process baseline(seeded_job(base), kOneThread, base + "/log.txt");
+  const ExitStatus baseline_status = baseline.wait(60s);
+  ASSERT_TRUE(baseline_status.exited && baseline_status.code == 0)
+      << baseline_status.describe() << "\n"
+      << baseline.output();
+  const Metrics expected = read_metrics(base);
+  ASSERT_EQ(expected.rollouts.size(), static_cast<size_t>(kRollouts));
+
+  // The same run, its trainer rank 1 killed once its first checkpoint is on disk, mid-run.
+  const std::string dir = ::ooze::testing::make_temp_dir("train-restart-killed");
+  const auto start = Clock::now();
+  Process driver(seeded_job(dir, {"--max-restarts", "1"}), kOneThread, dir + "/log.txt");
+  ASSERT_TRUE(
+      wait_until([&] { return fs::exists(dir + "/save/latest_checkpointed_iteration.txt"); }, 60s))
+      << "no checkpoint within 60 s:\n"
+      << driver.output();
+  const std::string session = session_of(driver.pid());
+  ASSERT_FALSE(session.empty()) << "no worker of driver " << driver.pid() << " found";
+  const Worker victim = worker_labelled(session, "TrainActor_rank_1");
+  ASSERT_GT(victim.pid, 0);
+  ASSERT_EQ(::kill(victim.pid, SIGKILL), 0);
+
+  // The job names the dead rank, stops every process of its first runtime, and starts again.
+  ASSERT_TRUE(
+      wait_until([&] { return driver.output().find("resumed from") != std::string::npos; }, 60s))
+      << driver.output();
+  EXPECT_TRUE(processes_of_session(session).empty())
+      << "a process of the job's first runtime outlived its restart";
+  const ExitStatus status = driver.wait(60s);
+  std::printf("the restarted job took %.1f s in all\n",
+              std::chrono::duration<double>(Clock::now() - start).count());
+  const std::string output = driver.output();
+  ASSERT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << output;
+  const std::string named = "TrainActor rank=1 (actor " + victim.actor_id + ", pid " +
+                            std::to_string(victim.pid) + ") died: killed by signal 9";
+  EXPECT_NE(output.find(named), std::string::npos) << "no \"" << named << "\" in:\n" << output;
+  const int64_t iteration =
+      number_after(output,
+                   "ooze train: restart 1 of 1: the run starts again from the checkpoint "
+                   "of iteration ");
+  ASSERT_GE(iteration, 1) << output;
+  const std::string resumed =
+      "resumed from " + dir + "/save at iteration " + std::to_string(iteration) + ", rollout ";
+  const int64_t first_rollout = number_after(output, resumed);
+  ASSERT_GE(first_rollout, 1) << "no \"" << resumed << "\" in:\n" << output;
+  ASSERT_LT(first_rollout, kRollouts) << "the rank died after the last rollout";
+
+  // From the restart on, the rollouts and steps are the uninterrupted run's.
+  // (A rollout's line follows its checkpoint: killed in between, the job never wrote it.)
+  const Metrics restarted = read_metrics(dir);
+  ASSERT_EQ(restarted.steps.size(), expected.steps.size());
+  for (int64_t rollout = first_rollout; rollout < kRollouts; ++rollout) {
+    ASSERT_TRUE(restarted.rollouts.count(rollout)) << "no line of rollout " << rollout;
+    expect_same_metrics(restarted.rollouts.at(rollout), expected.rollouts.at(rollout),
+                        "rollout " + std::to_string(rollout));
+  }
+  int64_t compared_steps = 0;
+  for (const auto& [step, line] : expected.steps) {
+    if (line["step"].get<int64_t>() < first_rollout) continue;
+    expect_same_metrics(restarted.steps.at(step), line, "step " + std::to_string(step));
+    ++compared_steps;
+  }
+  EXPECT_GT(compared_steps, 0);
+}
+
+// Killed before the first checkpoint (--save-interval 0: only after the last rollout), the rank
+// restarts the run from its start, which draws the same prompts and takes the same steps again.
+TEST_F(TrainRestartTest, ARankKilledBeforeAnyCheckpointRestartsTheRunFromItsStart) {
+  const std::string dir = ::ooze::testing::make_temp_dir("train-restart-early");
+  Process driver(seeded_job(dir, {"--save-interval", "0", "--max-restarts", "1"}), kOneThread,
+                 dir + "/log.txt");
+  ASSERT_TRUE(wait_until([&] { return read_metrics(dir).rollouts.count(1) == 1; }, 60s))
+      << "no rollout 1 within 60 s:\n"
+      << driver.output();
+  const std::string session = session_of(driver.pid());
+  ASSERT_FALSE(session.empty()) << "no worker of driver " << driver.pid() << " found";
+  const Worker victim = worker_labelled(session, "TrainActor_rank_1");
+  ASSERT_GT(victim.pid, 0);
+  ASSERT_EQ(::kill(victim.pid, SIGKILL), 0);
+  const ExitStatus status = driver.wait(60s);
+  const std::string output = driver.output();
+  ASSERT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << output;
+  EXPECT_NE(output.find("ooze train: restart 1 of 1: no checkpoint in " + dir +
+                        "/save yet, the run starts over"),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(output.find("resumed from"), std::string::npos) << output;
+  // The first and the second time, rollout 0 is the same.
+  std::vector<json> first_rollouts;
+  for (const json& line : ::ooze::testing::read_json_lines(dir + "/out/metrics.jsonl")) {
+    if (!line.contains("train/step") && line["step"] == 0) first_rollouts.push_back(line);
+  }
+  ASSERT_EQ(first_rollouts.size(), 2u);
+  expect_same_metrics(first_rollouts[1], first_rollouts[0], "rollout 0 after the restart");
+  EXPECT_EQ(read_metrics(dir).rollouts.size(), static_cast<size_t>(kRollouts));
+}
+
+// Only a trainer rank's death restarts the job: a dead engine stops it, restarts left or not.
+TEST_F(TrainRestartTest, AKilledEngineStopsTheJobThoughRestartsAreLeft) {
+  const std::string dir = ::ooze::testing::make_temp_dir("train-restart-engine");
+  Process driver(checkpointing_train_command(dir, {"--max-restarts", "1"}), kOneThread,
+                 dir + "/log.txt");
+  ASSERT_TRUE(
+      wait_until([&] { return fs::exists(dir + "/save/latest_checkpointed_iteration.txt"); }, 60s))
+      << driver.output();
+  const std::string session = session_of(driver.pid());
+  ASSERT_FALSE(session.empty()) << "no worker of driver " << driver.pid() << " found";
+  const Worker victim = worker_labelled(session, "RolloutEngine");
+  ASSERT_GT(victim.pid, 0);
+  ASSERT_EQ(::kill(victim.pid, SIGKILL), 0);
+  const ExitStatus status = driver.wait(30s);
+  const std::string output = driver.output();
+  EXPECT_TRUE(status.exited && status.code == 1) << status.describe() << "\n" << output;
+  EXPECT_NE(output.find("RolloutEngine (actor " + victim.actor_id + ", pid " +
+                        std::to_string(victim.pid) + ") died: killed by signal 9"),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(output.find("ooze train: restart"), std::string::npos) << output;
+  EXPECT_TRUE(processes_of_session(session).empty());
+}
+
+TEST_F(TrainRestartTest, AKilledDriverLeavesNoProcessOfTheJobAndItsLastCheckpointResumes) {
+  const std::string dir = ::ooze::testing::make_temp_dir("train-restart-driver");
+  Process driver(checkpointing_train_command(dir), kOneThread, dir + "/log.txt");
+  ASSERT_TRUE(
+      wait_until([&] { return fs::exists(dir + "/save/latest_checkpointed_iteration.txt"); }, 60s))
+      << "no checkpoint within 60 s:\n"
+      << driver.output();
+  const std::string session = session_of(driver.pid());
+  ASSERT_FALSE(session.empty()) << "no worker of driver " << driver.pid() << " found";
+  // The check below could fail: the job's three workers are found while it runs.
+  ASSERT_EQ(processes_of_session(session).size(), 3u) << session;
+  std::this_thread::sleep_for(500ms);  // mid-run: a few more rollouts and checkpoints
+
+  ASSERT_EQ(::kill(driver.pid(), SIGKILL), 0);
+  const auto killed = Clock::now();
+  const bool none_left = wait_until([&] { return processes_of_session(session).empty(); }, 5s);
+  std::printf("the job's processes were gone %.2f s after the driver's kill -9\n",
+              std::chrono::duration<double>(Clock::now() - killed).count());
+  EXPECT_TRUE(none_left) << processes_of_session(session).size()
+                         << " process(es) of the job outlived its driver by 5 s";
+  driver.wait(10s);
+
+  // The checkpoint the tracker names is whole and the run goes on from it.
+  const int64_t iteration = ::ooze::testing::expect_last_checkpoint_whole(dir + "/save");
+  const json state =
+      json::parse(read_file(dir + "/save/rollout_state_" + std::to_string(iteration) + ".json"));
+  const int64_t next_rollout = state["next_rollout_id"].get<int64_t>();
+  Process resumed(checkpointing_train_command(dir, {"--load", dir + "/save", "--num-rollout",
+                                                    std::to_string(next_rollout + 1)}),
+                  kOneThread, dir + "/resume-log.txt");
+  const ExitStatus status = resumed.wait(60s);
+  EXPECT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << resumed.output();
+  EXPECT_NE(resumed.output().find("resumed from " + dir + "/save at iteration " +
+                                  std::to_string(iteration) + ", rollout " +
+                                  std::to_string(next_rollout)),
+            std::string::npos)
+      << resumed.output();
+  EXPECT_GT(std::stoll(read_file(dir + "/save/latest_checkpointed_iteration.txt")), iteration)
+      << "the resumed run did not save its rollout";
+}
+
+}  // namespace
+}  // namespace ooze::launcher
