@@ -2,16 +2,27 @@
 //   {"bench": ..., "metric": ..., "value": ..., "unit": ..., "baseline": ..., "ratio": ...}
 // (missing or non-finite numbers written as null: JSON has no NaN), a stopwatch, and a
 // temporary directory removed at exit, and the environment of the processes a benchmark starts.
+// For the benchmarks of the `ooze` binary itself: where it is, running it, the CPU demo's model
+// and prompts, and the per-rollout lines of a run's OUT/metrics.jsonl.
 #pragma once
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -19,6 +30,17 @@
 #include "core/error.h"
 
 namespace ooze::bench {
+
+// A benchmark that cannot measure: a missing binary, a failed run, metrics it cannot read.
+class BenchFailure : public Error {
+ public:
+  using Error::Error;
+};
+
+// The running benchmark's executable name (bench_<name>), to say who failed.
+inline std::string program_name() {
+  return std::filesystem::read_symlink("/proc/self/exe").filename().string();
+}
 
 inline std::string json_number(std::optional<double> value) {
   if (!value || !std::isfinite(*value)) return "null";
@@ -78,6 +100,114 @@ inline std::vector<std::string> one_thread_environment() {
     if (std::string(*e).rfind("OMP_NUM_THREADS=", 0) != 0) environment.emplace_back(*e);
   }
   return environment;
+}
+
+// <build>/launcher/ooze, the running benchmark being <build>/bench/bench_<name>.
+inline std::string ooze_binary() {
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  const std::filesystem::path binary = self.parent_path().parent_path() / "launcher" / "ooze";
+  if (!std::filesystem::exists(binary)) {
+    throw BenchFailure(program_name() + ": no ooze binary at " + binary.string() +
+                       "; build it first (ninja -C <build> ooze)");
+  }
+  return binary.string();
+}
+
+// The last `max_chars` characters of the file at `path`.
+inline std::string tail_of(const std::string& path, size_t max_chars) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string all = text.str();
+  return all.size() <= max_chars ? all : all.substr(all.size() - max_chars);
+}
+
+// Runs `argv` (argv[0] a path) in one_thread_environment(), its stdout and stderr in `log_path`;
+// throws with the log's end when it fails.
+inline void run_logged(const std::vector<std::string>& argv, const std::string& log_path) {
+  std::vector<std::string> env_strings = one_thread_environment();
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = argv;
+  std::vector<char*> argp;
+  for (std::string& s : args) argp.push_back(s.data());
+  argp.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = -1;
+  const int spawned = ::posix_spawn(&pid, argp[0], &actions, nullptr, argp.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) {
+    throw BenchFailure(program_name() + ": cannot start " + argv[0] + ": " +
+                       std::strerror(spawned));
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string command;
+    for (const std::string& a : argv) command += a + " ";
+    throw BenchFailure(program_name() + ": `" + command + "` failed; the end of its output (" +
+                       log_path + "):\n" + tail_of(log_path, 4000));
+  }
+}
+
+// The CPU demo's model in `dir`: a small random Qwen3 (hidden 128, 2 layers, byte tokenizer).
+inline void init_demo_model(const std::string& ooze, const std::string& dir,
+                            const std::string& log_path) {
+  run_logged(
+      {ooze, "model", "init", "--arch", "qwen3", "--hidden-size", "128", "--layers", "2", "--heads",
+       "4", "--kv-heads", "2", "--tokenizer", "byte", "--seed", "1", "--out", dir},
+      log_path);
+}
+
+// The CPU demo's prompts: every single-digit sum ({"input": "3+4=", "label": "7"}).
+inline void write_sum_prompts(const std::string& path) {
+  std::ofstream out(path);
+  for (int a = 0; a < 10; ++a) {
+    for (int b = 0; b < 10; ++b) {
+      out << nlohmann::json{{"input", std::to_string(a) + "+" + std::to_string(b) + "="},
+                            {"label", std::to_string(a + b)}}
+                 .dump()
+          << "\n";
+    }
+  }
+}
+
+// `key` of a rollout's metrics line; throws when it is missing.
+inline double metric(const nlohmann::json& line, const std::string& key) {
+  const auto found = line.find(key);
+  if (found == line.end() || !found->is_number()) {
+    throw BenchFailure(program_name() + ": a rollout's metrics line lacks " + key + ": " +
+                       line.dump());
+  }
+  return found->get<double>();
+}
+
+// The per-rollout lines of a run's OUT/metrics.jsonl (not the optimizer steps' or evaluations')
+// from rollout `first_rollout` on; throws unless there are `expected` of them.
+inline std::vector<nlohmann::json> rollout_lines(const std::string& metrics_path,
+                                                 int64_t first_rollout, size_t expected) {
+  std::ifstream in(metrics_path);
+  std::string text;
+  std::vector<nlohmann::json> rollouts;
+  while (std::getline(in, text)) {
+    nlohmann::json line = nlohmann::json::parse(text);
+    if (line.contains("train/step") || !line.contains("perf/train_time")) continue;
+    if (line["step"].get<int64_t>() < first_rollout) continue;
+    rollouts.push_back(std::move(line));
+  }
+  if (rollouts.size() != expected) {
+    throw BenchFailure(program_name() + ": " + metrics_path + " holds " +
+                       std::to_string(rollouts.size()) + " rollouts from rollout " +
+                       std::to_string(first_rollout) + " on, not " + std::to_string(expected));
+  }
+  return rollouts;
 }
 
 }  // namespace ooze::bench

@@ -27,30 +27,19 @@
 // Then colocated_vs_disaggregated_samples_per_s: the colocated samples/s against the
 // disaggregated ones as baseline (ratio > 1: colocated steps are faster on this machine), and
 // colocated_offload_vs_colocated_samples_per_s: what taking turns costs on CPU slots.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "core/error.h"
-
 
 namespace {
 
 using nlohmann::json;
+using ooze::bench::metric;
 using ooze::bench::print_line;
 using ooze::bench::ScopedTempDir;
 
@@ -59,79 +48,6 @@ constexpr int kMeasuredRollouts = 8;
 constexpr int kRuns = 2;
 constexpr int kRolloutBatchSize = 16;
 constexpr int kSamplesPerPrompt = 8;
-
-class BenchFailure : public ooze::Error {
- public:
-  using Error::Error;
-};
-
-// <build>/launcher/ooze, this executable being <build>/bench/bench_rl_step_bench.
-std::string ooze_binary() {
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  const std::filesystem::path binary = self.parent_path().parent_path() / "launcher" / "ooze";
-  if (!std::filesystem::exists(binary)) {
-    throw BenchFailure("bench_rl_step_bench: no ooze binary at " + binary.string() +
-                       "; build it first (ninja -C <build> ooze)");
-  }
-  return binary.string();
-}
-
-std::string tail_of(const std::string& path, size_t max_chars) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string all = text.str();
-  return all.size() <= max_chars ? all : all.substr(all.size() - max_chars);
-}
-
-// Runs `argv` with OMP_NUM_THREADS=1, its stdout and stderr in `log_path`; throws with the log's
-// end when it fails.
-void run_ooze(const std::vector<std::string>& argv, const std::string& log_path) {
-  std::vector<std::string> env_strings = ooze::bench::one_thread_environment();
-  std::vector<char*> envp;
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = argv;
-  std::vector<char*> argp;
-  for (std::string& s : args) argp.push_back(s.data());
-  argp.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = -1;
-  const int spawned = ::posix_spawn(&pid, argp[0], &actions, nullptr, argp.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0) {
-    throw BenchFailure("bench_rl_step_bench: cannot start " + argv[0] + ": " +
-                       std::strerror(spawned));
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::string command;
-    for (const std::string& a : argv) command += a + " ";
-    throw BenchFailure("bench_rl_step_bench: `" + command + "` failed; the end of its output (" +
-                       log_path + "):\n" + tail_of(log_path, 4000));
-  }
-}
-
-// Every single-digit sum, as the CPU demo's prompts.
-std::string write_prompts(const std::string& path) {
-  std::ofstream out(path);
-  for (int a = 0; a < 10; ++a) {
-    for (int b = 0; b < 10; ++b) {
-      out << json{{"input", std::to_string(a) + "+" + std::to_string(b) + "="},
-                  {"label", std::to_string(a + b)}}
-                 .dump()
-          << "\n";
-    }
-  }
-  return path;
-}
 
 // The phases of a step and their keys in a rollout's metrics line; wake_up and sleep are
 // written only where trainer and engines take turns (colocated).
@@ -152,40 +68,18 @@ struct StepSplit {
   }
 };
 
-double number(const json& line, const std::string& key) {
-  const auto found = line.find(key);
-  if (found == line.end() || !found->is_number()) {
-    throw BenchFailure("bench_rl_step_bench: a rollout's metrics line lacks " + key + ": " +
-                       line.dump());
-  }
-  return found->get<double>();
-}
-
-// The per-rollout lines of OUT/metrics.jsonl (not the optimizer steps' or evaluations'), past
-// the warm-up, averaged.
+// The per-rollout lines of OUT/metrics.jsonl past the warm-up, averaged.
 StepSplit read_split(const std::string& metrics_path) {
-  std::ifstream in(metrics_path);
-  std::string text;
-  std::vector<json> rollouts;
-  while (std::getline(in, text)) {
-    json line = json::parse(text);
-    if (line.contains("train/step") || !line.contains("perf/train_time")) continue;
-    if (line["step"].get<int64_t>() < kWarmupRollouts) continue;
-    rollouts.push_back(std::move(line));
-  }
-  if (rollouts.size() != kMeasuredRollouts) {
-    throw BenchFailure("bench_rl_step_bench: " + metrics_path + " holds " +
-                       std::to_string(rollouts.size()) + " measured rollouts, not " +
-                       std::to_string(kMeasuredRollouts));
-  }
+  const std::vector<json> rollouts =
+      ooze::bench::rollout_lines(metrics_path, kWarmupRollouts, kMeasuredRollouts);
   StepSplit split;
   for (const json& line : rollouts) {
-    split.step += number(line, "perf/step_time") / kMeasuredRollouts;
-    split.train_wait += number(line, "perf/train_wait_time") / kMeasuredRollouts;
+    split.step += metric(line, "perf/step_time") / kMeasuredRollouts;
+    split.train_wait += metric(line, "perf/train_wait_time") / kMeasuredRollouts;
     for (const auto& [name, key] : kPhases) {
       const bool optional = name == "wake_up" || name == "sleep";
       if (optional && !line.contains(key)) continue;
-      split.phases[name] += number(line, key) / kMeasuredRollouts;
+      split.phases[name] += metric(line, key) / kMeasuredRollouts;
     }
   }
   return split;
@@ -229,7 +123,7 @@ StepSplit train_once(const ScopedTempDir& files, const std::string& ooze, const 
                                       out_dir};
   if (mode != "disaggregated") command.push_back("--colocate");
   if (mode == "colocated_offload") command.insert(command.end(), {"--offload", "on"});
-  run_ooze(command, out_dir + ".log");
+  ooze::bench::run_logged(command, out_dir + ".log");
   return read_split(out_dir + "/metrics.jsonl");
 }
 
@@ -253,13 +147,10 @@ void print_mode(const std::string& bench, const std::string& mode, const StepSpl
 
 void run_bench() {
   const std::string bench = "rl_step";
-  const std::string ooze = ooze_binary();
+  const std::string ooze = ooze::bench::ooze_binary();
   ScopedTempDir files("ooze-rl-step-bench");
-  run_ooze(
-      {ooze, "model", "init", "--arch", "qwen3", "--hidden-size", "128", "--layers", "2", "--heads",
-       "4", "--kv-heads", "2", "--tokenizer", "byte", "--seed", "1", "--out", files.path("model")},
-      files.path("model-init.log"));
-  write_prompts(files.path("prompts.jsonl"));
+  ooze::bench::init_demo_model(ooze, files.path("model"), files.path("model-init.log"));
+  ooze::bench::write_sum_prompts(files.path("prompts.jsonl"));
 
   const std::vector<std::string> modes = {"colocated", "colocated_offload", "disaggregated"};
   std::map<std::string, StepSplit> best;
