@@ -8,9 +8,11 @@
 #include "actors/runtime.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/logging.h"
 #include "fsdp/checkpoint.h"
 #include "launcher/async_rollouts.h"
 #include "launcher/debug_rollout_data.h"
+#include "launcher/engine_supervisor.h"
 #include "launcher/trainer_group.h"
 #include "rollout/rollout_metrics.h"
 #include "rollout/sft_rollout.h"
@@ -98,6 +100,9 @@ RlLoop::RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData
     source_ = std::make_unique<rollout::PromptSource>(
         data.prompts, rollout::PromptSourceOptions::from_config(config));
   }
+  if (plan.with_engines() && plan.fault_tolerance) {
+    supervisor_ = std::make_unique<EngineSupervisor>(config, job);
+  }
   if (plan.with_engines()) {
     manager_ =
         std::make_unique<rollout::RolloutManager>(rollout::RolloutOptions::from_config(config),
@@ -134,6 +139,7 @@ void RlLoop::run() {
     async_ = &rollouts;
     for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
       const Clock::time_point start = Clock::now();
+      if (supervisor_) engines_restarted_ += supervisor_->recover(rollout_id);
       GeneratedRollout generated = rollouts.next();
       learn(rollout_id, std::move(generated), seconds_since(start), start);
     }
@@ -141,6 +147,7 @@ void RlLoop::run() {
   } else {
     for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
       const Clock::time_point start = Clock::now();
+      if (supervisor_) engines_restarted_ += supervisor_->recover(rollout_id);
       GeneratedRollout generated = generate_rollout(rollout_id);
       learn(rollout_id, std::move(generated), seconds_since(start), start);
     }
@@ -259,6 +266,10 @@ void RlLoop::learn(int64_t rollout_id, GeneratedRollout generated, double train_
     save(rollout_id + 1);
     line["perf/save_time"] = seconds_since(start);
   }
+  if (supervisor_) {
+    line["rollout/engines_restarted"] = static_cast<double>(engines_restarted_);
+    engines_restarted_ = 0;
+  }
   line["perf/step_time"] = seconds_since(step_start);
   log_.rollout(rollout_id, line);
 }
@@ -341,12 +352,24 @@ void RlLoop::train(int64_t rollout_id, const TrainingBatch& batch, MetricLine& l
 void RlLoop::sync(int64_t version, MetricLine& line) {
   const Clock::time_point start = Clock::now();
   // With --async the next rollout is generating: its requests continue with the new weights.
-  const auto synced = actors::get_all(job_.trainers.call_all(&TrainActor::update_weights, version,
-                                                             /*abort_in_flight=*/!async_));
+  std::vector<weight_sync::WeightSyncReport> synced;
+  try {
+    synced = actors::get_all(job_.trainers.call_all(&TrainActor::update_weights, version,
+                                                    /*abort_in_flight=*/!async_));
+  } catch (const actors::RemoteError& error) {
+    // An engine died or hung mid-sync: with --use-fault-tolerance it is restarted and every
+    // engine the sync missed is brought to the version.
+    if (!supervisor_ || error.type().find("WeightSyncError") == std::string::npos) throw;
+    OOZE_LOG(WARN) << "weight sync to version " << version << " failed (" << error.what()
+                   << "); recovering the engines";
+    engines_restarted_ += supervisor_->recover(version);
+  }
   line["perf/update_weights_time"] = seconds_since(start);
-  line["perf/update_weights_bytes"] = static_cast<double>(synced.front().bytes);
-  line["perf/update_weights_mb_per_sec"] =
-      synced.front().bytes / 1e6 / std::max(line["perf/update_weights_time"], 1e-9);
+  if (!synced.empty()) {
+    line["perf/update_weights_bytes"] = static_cast<double>(synced.front().bytes);
+    line["perf/update_weights_mb_per_sec"] =
+        synced.front().bytes / 1e6 / std::max(line["perf/update_weights_time"], 1e-9);
+  }
 }
 
 MetricLine RlLoop::evaluate() {

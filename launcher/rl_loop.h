@@ -13,6 +13,11 @@
 // With --async, generation runs on a thread of its own (launcher/async_rollouts.h): rollout k+1
 // is generated while rollout k trains, and weight syncs reach the engines mid-generation.
 //
+// With --use-fault-tolerance an EngineSupervisor (launcher/engine_supervisor.h) probes the
+// engines; before each rollout, and after a sync an engine failed, every engine is brought back
+// alive, serving and at the current version. A dead engine's requests are re-issued on the others
+// by the router meanwhile.
+//
 // Colocated on GPUs (or with --offload on), a rank and an engine take turns: the trainer sleeps
 // (its state in host memory) while the engines generate, the engines release their memory while
 // the trainer scores and trains, and both are resident only for the weight sync.
@@ -40,6 +45,8 @@
 #include "rollout/rollout_manager.h"
 
 namespace ooze::launcher {
+
+class EngineSupervisor;
 
 class RlLoop {
  public:
@@ -80,6 +87,9 @@ class RlLoop {
   std::unique_ptr<rollout::RolloutManager> manager_;
   int64_t optimizer_steps_ = 0;
   AsyncRollouts* async_ = nullptr;  // while --async rollouts run
+  // --use-fault-tolerance: dead or hung engines restarted, re-synced and routed again.
+  std::unique_ptr<EngineSupervisor> supervisor_;
+  int64_t engines_restarted_ = 0;  // since the last rollout line
 };
 
 }  // namespace ooze::launcher

@@ -102,6 +102,7 @@ WeightSyncer::WeightSyncer(fsdp::FullyShardedModule& model, at::ScalarType engin
       rank_(model.rank()),
       world_size_(model.world_size()),
       engine_mapped_(engines_.size(), false) {
+  for (const EngineHandle& engine : engines_) engine_restarts_.push_back(engine.info().restarts);
   if (engines_.empty()) throw ConfigError("WeightSyncer: no rollout engine to sync");
   cleanup_stale_segments();  // left by trainers that died mid-sync
 }
@@ -148,6 +149,14 @@ WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
   const std::vector<size_t> served = served_engines();
   for (size_t index : indices) {
     if (std::find(served.begin(), served.end(), index) == served.end()) continue;
+    // An engine the runtime restarted since the last sync (it died between two) is a new
+    // process: it has mapped no buffer and joined no group.
+    const int32_t restarts = engines_[index].info().restarts;
+    if (restarts != engine_restarts_[index]) {
+      engine_mapped_[index] = false;
+      leave_group_of(index);
+      engine_restarts_[index] = restarts;
+    }
     targets.push_back(Target{index, &engines_[index], ""});
   }
   trainer_checksums_.clear();

@@ -140,6 +140,7 @@ class WeightSyncer {
   std::vector<CudaIpcBuffer> cuda_buffers_;
   std::vector<at::Tensor> shared_;
   std::vector<bool> engine_mapped_;
+  std::vector<int32_t> engine_restarts_;  // the runtime's count when each was last served
   // Disaggregated: the broadcast group, the engines in it (ranks 1..), and the two buckets in
   // flight, kept from sync to sync on the CPU: packing into memory touched before is several
   // times faster than into fresh pages.
