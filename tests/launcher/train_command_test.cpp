@@ -5,6 +5,8 @@
 // k was sampled by the weights of sync k, and before any update the reference is the policy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -186,6 +188,92 @@ TEST(TrainCommandTest, AResumedRunContinuesWhereTheCheckpointLeftOff) {
   }
 }
 
+// ppo: a critic of its own scores every rollout and trains on each step beside the policy, the
+// first rollout (--num-critic-only-steps 1) alone; the critic is saved beside the policy and a
+// resumed run continues both to the uninterrupted run's steps.
+TEST(TrainCommandTest, PpoTrainsACriticThatResumesWithThePolicy) {
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
+  const std::string dir = ::ooze::testing::make_temp_dir("train-command-ppo");
+  const std::vector<std::string> ppo = {"--advantage-estimator",
+                                        "ppo",
+                                        "--num-critic-only-steps",
+                                        "1",
+                                        "--critic-lr",
+                                        "1e-3",
+                                        "--lambd",
+                                        "0.9",
+                                        "--rollout-shuffle",
+                                        "--sampling-seed",
+                                        "7"};
+  auto with = [&](std::vector<std::string> flags) {
+    flags.insert(flags.begin(), ppo.begin(), ppo.end());
+    return flags;
+  };
+  const TrainRun full = train("ppo-full", with({"--save", dir + "/ckpt", "--save-interval", "1"}));
+  ASSERT_EQ(full.steps.size(), 6u);
+  for (size_t i = 0; i < full.steps.size(); ++i) {
+    const json& step = full.steps[i];
+    EXPECT_TRUE(step.contains("critic/value_loss")) << step.dump();
+    EXPECT_GT(step["critic/grad_norm"].get<double>(), 0) << step.dump();
+    // Rollout 0 trains the critic alone: the policy takes its first step in rollout 1.
+    EXPECT_EQ(step.contains("train/pg_loss"), i >= 2) << step.dump();
+  }
+  for (const json& rollout : full.rollouts) EXPECT_TRUE(rollout.contains("perf/values_time"));
+  // Rollout 0 left the policy at iteration 0; rollouts 1 and 2 took it to 2 and 4.
+  for (const char* state :
+       {"rollout_state_0.json", "rollout_state_2.json", "rollout_state_4.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir + "/ckpt/" + state)) << state;
+  }
+  EXPECT_EQ(
+      std::stoi(::ooze::testing::read_file(dir + "/ckpt/critic/latest_checkpointed_iteration.txt")),
+      6);
+
+  const TrainRun resumed =
+      train("ppo-resumed", with({"--load", dir + "/ckpt", "--ckpt-step", "2"}));
+  EXPECT_NE(resumed.output.find("at iteration 2, rollout 2"), std::string::npos) << resumed.output;
+  ASSERT_EQ(resumed.steps.size(), 2u);
+  for (size_t i = 0; i < resumed.steps.size(); ++i) {
+    for (const char* key :
+         {"train/pg_loss", "train/grad_norm", "critic/value_loss", "critic/grad_norm"}) {
+      EXPECT_NEAR(resumed.steps[i][key].get<double>(), full.steps[i + 4][key].get<double>(), 1e-5)
+          << key << " of step " << i + 5;
+    }
+  }
+}
+
+// --async: rollout k+1 generates while rollout k trains. Every token of a trained sample comes
+// from weights at most --max-staleness versions behind the policy that trains on it (version k
+// for rollout k), read from the samples the run saved; with the bound 1 the overlap shows as
+// samples exactly one version behind.
+TEST(TrainCommandTest, AsyncTrainingKeepsEverySampleWithinTheStalenessBound) {
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
+  for (const int bound : {1, 2}) {
+    const std::string samples = ::ooze::testing::make_temp_dir("train-command-async-samples");
+    const TrainRun run =
+        train("async", {"--async", "--max-staleness", std::to_string(bound), "--num-rollout", "6",
+                        "--actor-num-gpus-per-node", "1", "--rollout-num-gpus", "2",
+                        "--save-debug-rollout-data", samples + "/rollout_{rollout_id}.jsonl"});
+    ASSERT_EQ(run.rollouts.size(), 6u) << run.output;
+    int64_t most_behind = 0;
+    for (int64_t k = 0; k < 6; ++k) {
+      for (const json& sample :
+           ::ooze::testing::read_json_lines(samples + "/rollout_" + std::to_string(k) + ".jsonl")) {
+        for (int64_t version : sample["weight_versions"].get<std::vector<int64_t>>()) {
+          if (version < 0) continue;  // not sampled (tool output)
+          EXPECT_LE(k - version, bound) << "rollout " << k << " trained a token of version "
+                                        << version << " (bound " << bound << ")";
+          EXPECT_LE(version, k) << "a token from weights newer than the policy";
+          most_behind = std::max(most_behind, k - version);
+        }
+      }
+      EXPECT_LE(run.rollouts[k]["rollout/max_staleness"].get<double>(), bound);
+    }
+    std::printf("--max-staleness %d: the oldest token trained was %lld versions behind\n", bound,
+                static_cast<long long>(most_behind));
+    if (bound == 1) EXPECT_EQ(most_behind, 1) << "no rollout generated while another trained";
+  }
+}
+
 // Supervised fine-tuning through the same loop: the sft rollout makes each label the response
 // (no engine starts), the SFT loss trains on it, and a resumed run continues at the prompt
 // position and loss of the uninterrupted one.
@@ -243,6 +331,12 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
       {{"--rollout-function-path", "lib.so:generate"}, "is not a rollout function"},
       {{"--hf-checkpoint", "DIR"}, "has no config.json"},
       {{"--hf-checkpoint", "DIR/config_only"}, "has no *.safetensors weights"},
+      {{"--async", "--colocate"}, "drop --colocate (or --async)"},
+      {{"--async", "--rollout-function-path", "sft", "--loss-type", "sft_loss",
+        "--n-samples-per-prompt", "1", "--global-batch-size", "2"},
+       "--async overlaps the engines' generation with training"},
+      {{"--advantage-estimator", "ppo", "--critic-load", "DIR"}, "--critic-load"},
+      {{"--max-restarts", "2"}, "give --save DIR"},
   };
   for (auto [flags, expected] : cases) {
     const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");
