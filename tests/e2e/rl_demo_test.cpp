@@ -2,8 +2,9 @@
 // and run in three placements (between them: colocated and apart, 1 and 2 trainer ranks, 1 and
 // 2 engines): eval/add, the share of sampled answers that are exactly the sum, must rise by a
 // stated margin from the warm start's level. The first run does the supervised warm start; the
-// others begin GRPO from its model (WARM_START), and so does PPO with a learned critic
-// (examples/algorithms/ppo.sh). Seeds are fixed; nothing here is timed.
+// others begin GRPO from its model (WARM_START), and so do PPO with a learned critic
+// (examples/algorithms/ppo.sh) and asynchronous GRPO (grpo.sh --async). Seeds are fixed; nothing
+// here is timed.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -47,7 +48,45 @@ DemoRun run_demo(const std::string& name, const std::string& placement,
   return result;
 }
 
-TEST(RlDemoTest, GrpoInEveryPlacementAndPpoRaiseTheEvalReward) {
+// examples/algorithms/`name`.sh from the warm start, 100 rollouts, evaluated before and after.
+struct AlgorithmRun {
+  std::vector<double> eval;
+  std::vector<json> rollouts;
+  std::vector<json> train_steps;
+};
+
+AlgorithmRun run_algorithm(const std::string& name, const std::string& warm_start,
+                           const std::vector<std::string>& flags = {}) {
+  const std::string out = ::ooze::testing::make_temp_dir("rl-demo-" + name);
+  std::vector<std::string> command = {
+      "/bin/bash", std::string(OOZE_SOURCE_DIR) + "/examples/algorithms/" + name + ".sh"};
+  command.insert(command.end(), flags.begin(), flags.end());
+  ::ooze::testing::Process run(command,
+                               {{"BUILD_DIR", ::ooze::testing::build_path("")},
+                                {"OUT", out},
+                                {"NUM_ROLLOUT", "100"},
+                                {"EVAL_INTERVAL", "100"},
+                                {"WARM_START", warm_start}},
+                               out + ".log");
+  const ::ooze::testing::ExitStatus status = run.wait(600s);
+  EXPECT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << run.output();
+  AlgorithmRun result;
+  std::ifstream metrics(out + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(metrics, line)) {
+    const json parsed = json::parse(line);
+    if (parsed.contains("eval/add")) result.eval.push_back(parsed["eval/add"].get<double>());
+    if (parsed.contains("train/step")) result.train_steps.push_back(parsed);
+    if (parsed.contains("perf/step_time")) result.rollouts.push_back(parsed);
+  }
+  if (result.eval.size() != 2) {
+    ADD_FAILURE() << name << ": eval/add before and after expected";
+    result.eval.resize(2, 0.0);
+  }
+  return result;
+}
+
+TEST(RlDemoTest, GrpoInEveryPlacementPpoAndAsyncGrpoRaiseTheEvalReward) {
   // 2 trainer ranks and 2 engines apart (the demo's own placement), after the warm start.
   const DemoRun first =
       run_demo("disaggregated", "--actor-num-gpus-per-node 2 --rollout-num-gpus 2", "");
@@ -71,31 +110,22 @@ TEST(RlDemoTest, GrpoInEveryPlacementAndPpoRaiseTheEvalReward) {
 
   // PPO with a learned critic (examples/algorithms/ppo.sh): 5 rollouts train the critic alone,
   // then both learn.
-  const std::string out = ::ooze::testing::make_temp_dir("rl-demo-ppo");
-  ::ooze::testing::Process ppo(
-      {"/bin/bash", std::string(OOZE_SOURCE_DIR) + "/examples/algorithms/ppo.sh"},
-      {{"BUILD_DIR", ::ooze::testing::build_path("")},
-       {"OUT", out},
-       {"NUM_ROLLOUT", "100"},
-       {"EVAL_INTERVAL", "100"},
-       {"WARM_START", warm_start}},
-      out + ".log");
-  const ::ooze::testing::ExitStatus status = ppo.wait(600s);
-  ASSERT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << ppo.output();
-  std::vector<double> eval;
-  std::ifstream metrics(out + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(metrics, line)) {
-    const json parsed = json::parse(line);
-    if (parsed.contains("eval/add")) eval.push_back(parsed["eval/add"].get<double>());
-    if (parsed.contains("train/step")) {
-      EXPECT_TRUE(parsed.contains("critic/value_loss")) << parsed.dump();
-      EXPECT_EQ(parsed.contains("train/pg_loss"), parsed["step"].get<int>() >= 5) << parsed.dump();
-    }
+  const AlgorithmRun ppo = run_algorithm("ppo", warm_start);
+  EXPECT_NEAR(ppo.eval[0], first.eval[0], 0.1);
+  EXPECT_GE(ppo.eval[1], ppo.eval[0] + 0.2) << "PPO did not raise eval/add";
+  for (const json& step : ppo.train_steps) {
+    EXPECT_TRUE(step.contains("critic/value_loss")) << step.dump();
+    EXPECT_EQ(step.contains("train/pg_loss"), step["step"].get<int>() >= 5) << step.dump();
   }
-  ASSERT_EQ(eval.size(), 2u);
-  EXPECT_NEAR(eval[0], first.eval[0], 0.1);
-  EXPECT_GE(eval[1], eval[0] + 0.2) << "PPO did not raise eval/add";
+
+  // GRPO with --async (examples/algorithms/grpo.sh): each rollout generated while the one before
+  // it trains, one weight version behind.
+  const AlgorithmRun async = run_algorithm("grpo", warm_start, {"--async"});
+  EXPECT_NEAR(async.eval[0], first.eval[0], 0.1);
+  EXPECT_GE(async.eval[1], async.eval[0] + 0.2) << "asynchronous GRPO did not raise eval/add";
+  for (const json& rollout : async.rollouts) {
+    EXPECT_LE(rollout["rollout/max_staleness"].get<double>(), 1) << rollout.dump();
+  }
 }
 
 }  // namespace
