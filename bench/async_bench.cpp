@@ -63,41 +63,11 @@ struct RunResult {
 
 RunResult train_once(const ScopedTempDir& files, const std::string& ooze, bool async, int run) {
   const std::string out_dir = files.path((async ? "async-" : "sync-") + std::to_string(run));
-  std::vector<std::string> command = {ooze,
-                                      "train",
-                                      "--hf-checkpoint",
-                                      files.path("model"),
-                                      "--prompt-data",
-                                      files.path("prompts.jsonl"),
-                                      "--input-key",
-                                      "input",
-                                      "--label-key",
-                                      "label",
-                                      "--rm-type",
-                                      "f1",
-                                      "--actor-num-gpus-per-node",
-                                      "1",
-                                      "--rollout-num-gpus",
-                                      "1",
-                                      "--rollout-batch-size",
-                                      std::to_string(kRolloutBatchSize),
-                                      "--n-samples-per-prompt",
-                                      std::to_string(kSamplesPerPrompt),
-                                      "--global-batch-size",
-                                      "64",
-                                      "--micro-batch-size",
-                                      "8",
-                                      "--rollout-max-response-len",
-                                      "128",
-                                      "--rollout-temperature",
-                                      "1.0",
-                                      "--use-kl-loss",
-                                      "--kl-loss-coef",
-                                      "0.01",
-                                      "--num-rollout",
-                                      std::to_string(kWarmupRollouts + kMeasuredRollouts),
-                                      "--output-dir",
-                                      out_dir};
+  std::vector<std::string> command = ooze::bench::demo_train_command(
+      ooze, files.path("model"), files.path("prompts.jsonl"), kRolloutBatchSize, kSamplesPerPrompt,
+      kWarmupRollouts + kMeasuredRollouts, out_dir);
+  command.insert(command.end(), {"--actor-num-gpus-per-node", "1", "--rollout-num-gpus", "1",
+                                 "--micro-batch-size", "8", "--rollout-max-response-len", "128"});
   if (async) {
     command.insert(command.end(), {"--async", "--max-staleness", std::to_string(kMaxStaleness)});
   }

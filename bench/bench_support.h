@@ -179,6 +179,44 @@ inline void write_sum_prompts(const std::string& path) {
   }
 }
 
+// `ooze train` on the demo's model and prompts (init_demo_model, write_sum_prompts): GRPO with
+// the KL loss at 0.01, rewards by --rm-type f1, `rollout_batch_size` prompts x
+// `samples_per_prompt` samples at temperature 1, optimizer steps of 64 samples, `num_rollout`
+// rollouts into `out_dir`. The bench appends its placement and shape.
+inline std::vector<std::string> demo_train_command(const std::string& ooze,
+                                                   const std::string& model_dir,
+                                                   const std::string& prompts,
+                                                   int rollout_batch_size, int samples_per_prompt,
+                                                   int num_rollout, const std::string& out_dir) {
+  return {ooze,
+          "train",
+          "--hf-checkpoint",
+          model_dir,
+          "--prompt-data",
+          prompts,
+          "--input-key",
+          "input",
+          "--label-key",
+          "label",
+          "--rm-type",
+          "f1",
+          "--rollout-batch-size",
+          std::to_string(rollout_batch_size),
+          "--n-samples-per-prompt",
+          std::to_string(samples_per_prompt),
+          "--global-batch-size",
+          "64",
+          "--rollout-temperature",
+          "1.0",
+          "--use-kl-loss",
+          "--kl-loss-coef",
+          "0.01",
+          "--num-rollout",
+          std::to_string(num_rollout),
+          "--output-dir",
+          out_dir};
+}
+
 // `key` of a rollout's metrics line; throws when it is missing.
 inline double metric(const nlohmann::json& line, const std::string& key) {
   const auto found = line.find(key);

@@ -88,39 +88,11 @@ StepSplit read_split(const std::string& metrics_path) {
 StepSplit train_once(const ScopedTempDir& files, const std::string& ooze, const std::string& mode,
                      int run) {
   const std::string out_dir = files.path(mode + "-" + std::to_string(run));
-  std::vector<std::string> command = {ooze,
-                                      "train",
-                                      "--hf-checkpoint",
-                                      files.path("model"),
-                                      "--prompt-data",
-                                      files.path("prompts.jsonl"),
-                                      "--input-key",
-                                      "input",
-                                      "--label-key",
-                                      "label",
-                                      "--rm-type",
-                                      "f1",
-                                      "--actor-num-gpus-per-node",
-                                      "2",
-                                      "--rollout-num-gpus",
-                                      "2",
-                                      "--rollout-batch-size",
-                                      std::to_string(kRolloutBatchSize),
-                                      "--n-samples-per-prompt",
-                                      std::to_string(kSamplesPerPrompt),
-                                      "--global-batch-size",
-                                      "64",
-                                      "--rollout-max-response-len",
-                                      "4",
-                                      "--rollout-temperature",
-                                      "1.0",
-                                      "--use-kl-loss",
-                                      "--kl-loss-coef",
-                                      "0.01",
-                                      "--num-rollout",
-                                      std::to_string(kWarmupRollouts + kMeasuredRollouts),
-                                      "--output-dir",
-                                      out_dir};
+  std::vector<std::string> command = ooze::bench::demo_train_command(
+      ooze, files.path("model"), files.path("prompts.jsonl"), kRolloutBatchSize, kSamplesPerPrompt,
+      kWarmupRollouts + kMeasuredRollouts, out_dir);
+  command.insert(command.end(), {"--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "2",
+                                 "--rollout-max-response-len", "4"});
   if (mode != "disaggregated") command.push_back("--colocate");
   if (mode == "colocated_offload") command.insert(command.end(), {"--offload", "on"});
   ooze::bench::run_logged(command, out_dir + ".log");

@@ -130,28 +130,24 @@ void RlLoop::on_every_engine(void (rollout::RolloutEngine::*method)()) {
 void RlLoop::run() {
   const int64_t first_rollout = resume();
   if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::sleep));
+  // With --async, generation runs on a thread of its own, ahead of training by at most
+  // --max-staleness rollouts.
+  std::optional<AsyncRollouts> rollouts;
   if (plan_.async_training) {
-    // Generation runs on a thread of its own, ahead of training by at most --max-staleness.
-    AsyncRollouts rollouts(
+    rollouts.emplace(
         first_rollout, plan_.num_rollout, plan_.max_staleness,
         [this](int64_t rollout_id) { return generate_rollout(rollout_id); },
         [this] { return generation_state(); });
-    async_ = &rollouts;
-    for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
-      const Clock::time_point start = Clock::now();
-      if (supervisor_) engines_restarted_ += supervisor_->recover(rollout_id);
-      GeneratedRollout generated = rollouts.next();
-      learn(rollout_id, std::move(generated), seconds_since(start), start);
-    }
-    async_ = nullptr;
-  } else {
-    for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
-      const Clock::time_point start = Clock::now();
-      if (supervisor_) engines_restarted_ += supervisor_->recover(rollout_id);
-      GeneratedRollout generated = generate_rollout(rollout_id);
-      learn(rollout_id, std::move(generated), seconds_since(start), start);
-    }
+    async_ = &*rollouts;
   }
+  for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
+    const Clock::time_point start = Clock::now();
+    if (supervisor_) engines_restarted_ += supervisor_->recover(rollout_id);
+    GeneratedRollout generated = async_ ? async_->next() : generate_rollout(rollout_id);
+    learn(rollout_id, std::move(generated), seconds_since(start), start);
+  }
+  async_ = nullptr;
+  rollouts.reset();
   if (evaluating()) {
     log_.eval(plan_.num_rollout, evaluate());  // the final policy, whatever the interval
   }
