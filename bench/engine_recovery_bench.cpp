@@ -25,7 +25,6 @@
 #include "launcher/rl_placement.h"
 #include "launcher/train_plan.h"
 #include "launcher/trainer_group.h"
-#include "launcher/trainer_options.h"
 #include "models/model_init.h"
 #include "rollout/http_client.h"
 #include "rollout/rollout_engine_actor.h"
@@ -120,13 +119,9 @@ double cold_start_seconds(const std::string& model) {
 std::vector<double> recovery_seconds(const std::string& model, bool colocate) {
   const Config config = load_config(train_schema(), "", job_flags(model, colocate));
   const TrainPlan plan = TrainPlan::resolve(config, /*num_prompts=*/8);
-  TrainInit init;
-  init.model_dir = model;
-  init.group_name = "recovery-bench-" + actors::random_id(4);
-  init.options = trainer_options_from_config(config, /*total_iters=*/10);
   std::vector<double> seconds;
   {
-    RlProcesses job = start_rl_processes(config, plan, init);
+    RlProcesses job = start_rl_processes(config, plan, policy_init(config, plan));
     EngineSupervisor supervisor(config, job);
     // One step, so a restarted engine has weights to catch up on.
     TrainBatch batch;

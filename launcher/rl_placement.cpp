@@ -9,10 +9,12 @@
 #include "actors/errors.h"
 #include "actors/node_agent.h"
 #include "actors/runtime.h"
+#include "algorithms/algorithm_options.h"
 #include "algorithms/value_loss.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "launcher/cluster_command.h"
+#include "rollout/rollout_options.h"
 #include "weight_sync/weight_sync_options.h"
 
 namespace ooze::launcher {
@@ -147,6 +149,20 @@ void log_placement(const TrainPlan& plan, const actors::PlacementGroup& group) {
 }
 
 }  // namespace
+
+TrainInit policy_init(const Config& config, const TrainPlan& plan) {
+  TrainInit init;
+  init.model_dir = config.get<std::string>("hf_checkpoint");
+  init.group_name = "train-" + actors::random_id(4);
+  init.options = trainer_options_from_config(config, plan.num_rollout * plan.steps_per_rollout);
+  init.options.policy_loss = algorithms::AlgorithmOptions::from_config(config).policy_loss;
+  // The policy's log-probs are those of the distribution the rollouts sampled (greedy: T = 1).
+  const double temperature = rollout::RolloutOptions::from_config(config).sampling.temperature;
+  init.options.temperature = temperature > 0 ? temperature : 1.0;
+  init.reference_model = plan.needs_reference;
+  init.ref_load = config.get<std::string>("ref_load");
+  return init;
+}
 
 TrainInit critic_init(const Config& config, const TrainInit& actor) {
   TrainInit critic = actor;

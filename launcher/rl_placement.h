@@ -48,6 +48,11 @@ struct RlProcesses {
 // to the engines.
 RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, const TrainInit& init);
 
+// The policy's ranks as `ooze train` inits them: the trainer options of the flags (the schedule
+// over the run's optimizer steps), the policy loss, log-probs at the rollouts' temperature, the
+// model of --hf-checkpoint, and the reference model when a KL needs it.
+TrainInit policy_init(const Config& config, const TrainPlan& plan);
+
 // The critic of `actor` (the policy's init): the same trainer options, with a value head from
 // --critic-load (else the policy's model and a value head at 0), the value loss and --critic-lr.
 TrainInit critic_init(const Config& config, const TrainInit& actor);

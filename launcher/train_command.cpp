@@ -6,16 +6,13 @@
 #include <ostream>
 
 #include "actors/runtime.h"
-#include "algorithms/algorithm_options.h"
 #include "core/config.h"
 #include "launcher/experiment_data.h"
 #include "launcher/job_restarts.h"
 #include "launcher/rl_loop.h"
 #include "launcher/rl_placement.h"
 #include "launcher/train_plan.h"
-#include "launcher/trainer_options.h"
 #include "rollout/reward_model.h"
-#include "rollout/rollout_options.h"
 
 namespace ooze::launcher {
 namespace {
@@ -35,23 +32,11 @@ void run_job(const Config& config, const TrainPlan& plan, const ExperimentData& 
   // The rest of the checks, before any process starts.
   std::optional<rollout::RewardModel> rewards;
   if (plan.with_engines()) rewards.emplace(rollout::RewardOptions::from_config(config));
-  TrainerOptions trainer =
-      trainer_options_from_config(config, plan.num_rollout * plan.steps_per_rollout);
-  trainer.policy_loss = algorithms::AlgorithmOptions::from_config(config).policy_loss;
-  // The policy's log-probs are those of the distribution the rollouts sampled (greedy: T = 1).
-  const double temperature = rollout::RolloutOptions::from_config(config).sampling.temperature;
-  trainer.temperature = temperature > 0 ? temperature : 1.0;
+  const TrainInit init = policy_init(config, plan);
   config.save_effective_config(config.get<std::string>("output_dir"));
-
-  TrainInit init;
-  init.model_dir = config.get<std::string>("hf_checkpoint");
-  init.group_name = "train-" + actors::random_id(4);
-  init.options = trainer;
-  init.reference_model = plan.needs_reference;
-  init.ref_load = config.get<std::string>("ref_load");
   RuntimeGuard runtime;
   RlProcesses job = start_rl_processes(config, plan, init);
-  RlLoop(config, plan, data, rewards, job, trainer, out).run();
+  RlLoop(config, plan, data, rewards, job, init.options, out).run();
 }
 
 }  // namespace

@@ -23,7 +23,6 @@
 #include "fsdp/train_step.h"
 #include "launcher/train_plan.h"
 #include "launcher/trainer_group.h"
-#include "launcher/trainer_options.h"
 #include "rollout/http_client.h"
 #include "tests/rollout/tiny_model.h"
 #include "tests/support/expect_error.h"
@@ -85,11 +84,7 @@ class EngineSupervisorJob : public ::testing::Test {
     flags.insert(flags.end(), placement_flags.begin(), placement_flags.end());
     config_ = new Config(load_config(train_schema(), "", flags));
     const TrainPlan plan = TrainPlan::resolve(*config_, /*num_prompts=*/8);
-    TrainInit init;
-    init.model_dir = rollout::testing::tiny_model_dir();
-    init.group_name = "supervisor-" + actors::random_id(4);
-    init.options = trainer_options_from_config(*config_, /*total_iters=*/10);
-    job_ = new RlProcesses(start_rl_processes(*config_, plan, init));
+    job_ = new RlProcesses(start_rl_processes(*config_, plan, policy_init(*config_, plan)));
     supervisor_ = new EngineSupervisor(*config_, *job_);
   }
   static void TearDownTestSuite() {

@@ -176,9 +176,13 @@ inline std::vector<Worker> workers_of(const std::string& session) {
   return workers;
 }
 
+// The running worker labelled `label` (a restarted actor leaves its dead instance's logs
+// behind).
 inline Worker worker_labelled(const std::string& session, const std::string& label) {
   for (const Worker& worker : workers_of(session)) {
-    if (worker.label == label) return worker;
+    if (worker.label == label && std::filesystem::exists("/proc/" + std::to_string(worker.pid))) {
+      return worker;
+    }
   }
   ADD_FAILURE() << "no worker " << label << " in " << session << "/logs";
   return Worker{};

@@ -270,7 +270,9 @@ TEST(TrainCommandTest, AsyncTrainingKeepsEverySampleWithinTheStalenessBound) {
     }
     std::printf("--max-staleness %d: the oldest token trained was %lld versions behind\n", bound,
                 static_cast<long long>(most_behind));
-    if (bound == 1) EXPECT_EQ(most_behind, 1) << "no rollout generated while another trained";
+    if (bound == 1) {
+      EXPECT_EQ(most_behind, 1) << "no rollout generated while another trained";
+    }
   }
 }
 

@@ -32,7 +32,7 @@ using ::ooze::testing::read_json_lines;
 using ::ooze::testing::session_of;
 using ::ooze::testing::wait_until;
 using ::ooze::testing::Worker;
-using ::ooze::testing::workers_of;
+using ::ooze::testing::worker_labelled;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
@@ -69,17 +69,6 @@ std::vector<json> rollout_lines(const std::string& dir) {
   return rollouts;
 }
 
-// A running engine of the job (the first of the session's live RolloutEngine workers).
-Worker live_engine(const std::string& session) {
-  for (const Worker& worker : workers_of(session)) {
-    if (worker.label == "RolloutEngine" && fs::exists("/proc/" + std::to_string(worker.pid))) {
-      return worker;
-    }
-  }
-  ADD_FAILURE() << "no live RolloutEngine worker in " << session << "/logs";
-  return Worker{};
-}
-
 // The job ran every rollout, and the engine restart is on record.
 void expect_completed_with_a_restart(Process& driver, const std::string& dir) {
   const ExitStatus status = driver.wait(120s);
@@ -108,7 +97,7 @@ TEST_F(TrainFaultToleranceTest, AnEngineKilledMidRolloutIsReplacedAndItsRequests
   Process driver(fault_tolerant_job(dir, {"--rollout-max-response-len", "512"}), kOneThread,
                  dir + "/log.txt");
   ASSERT_TRUE(wait_until([&] { return rollout_lines(dir).size() >= 2; }, 60s)) << driver.output();
-  const Worker victim = live_engine(::ooze::testing::session_of(driver.pid()));
+  const Worker victim = worker_labelled(session_of(driver.pid()), "RolloutEngine");
   ASSERT_GT(victim.pid, 0);
   // A rollout line ends a step: the next one begins with generation. Frozen then, the engine
   // holds that rollout's requests routed to it; then it dies.
@@ -136,7 +125,7 @@ TEST_F(TrainFaultToleranceTest, AnEngineKilledMidSyncIsRestartedAndBroughtToTheV
   const double sync = last["perf/update_weights_time"].get<double>();
   std::printf("step %.3f s, of which the sync %.3f s\n", step, sync);
   // The next rollout's sync starts about step - sync after the last line; kill it halfway.
-  const Worker victim = live_engine(::ooze::testing::session_of(driver.pid()));
+  const Worker victim = worker_labelled(session_of(driver.pid()), "RolloutEngine");
   ASSERT_GT(victim.pid, 0);
   const size_t seen = rollout_lines(dir).size();
   ASSERT_TRUE(wait_until([&] { return rollout_lines(dir).size() > seen; }, 60s));
