@@ -225,18 +225,21 @@ TEST_F(TrainActorWeightSyncTest, RequestsRacingSyncsAreAnsweredByTheVersionTheyN
 
 // Rank 0 begins a sync and waits in the first all-gather for rank 1; its engine dies there. Rank
 // 1's engine still gets the version, rank 0's error names its engine and the bucket within the
-// timeout, and the engine, restarted from the initial model, is brought up to date alone.
+// timeout, and the engine, restarted from the initial model, is brought up to date alone. A first
+// sync maps the shared buffers, so the second one goes from begin_weight_sync straight to packing.
 TEST_F(TrainActorWeightSyncTest, AnEngineKilledMidSyncIsNamedAndResyncsAloneAfterRestart) {
   auto group = start(2, "engine-dies");
   const auto engines = spawn_engines(2, "float32", /*max_restarts=*/1);
   connect(group, engines, /*colocate=*/true, 4096);
   train(group, 1);
-  auto rank0 = group.call(0, &TrainActor::update_weights, int64_t{1}, true);
+  actors::get_all(group.call_all(&TrainActor::update_weights, int64_t{1}, true));
+  train(group, 2);
+  auto rank0 = group.call(0, &TrainActor::update_weights, int64_t{2}, true);
   ASSERT_TRUE(wait_for(
       engines[0], [](const rollout::EngineStats& s) { return s.syncing_weights; }, 10s));
   actors::kill(engines[0], /*allow_restart=*/true);
   const auto killed = Clock::now();
-  auto rank1 = group.call(1, &TrainActor::update_weights, int64_t{1}, true);
+  auto rank1 = group.call(1, &TrainActor::update_weights, int64_t{2}, true);
   EXPECT_EQ(rank1.get(60s).engines, 1);
   const std::string message =
       testing::error_message_of<actors::RemoteError>([&] { rank0.get(60s); });
@@ -247,10 +250,10 @@ TEST_F(TrainActorWeightSyncTest, AnEngineKilledMidSyncIsNamedAndResyncsAloneAfte
 
   engines[0].wait_ready();
   EXPECT_EQ(engines[0].call(&RolloutEngine::stats).get().weight_version, 0);
-  actors::get_all(group.call_all(&TrainActor::update_engine_weights, int64_t{0}, int64_t{1}));
-  auto expected = reference(group, "float32", "engine-dies-v1");
-  expect_serves(engines[0], *expected, 1, "restarted engine 0");
-  expect_serves(engines[1], *expected, 1, "engine 1");
+  actors::get_all(group.call_all(&TrainActor::update_engine_weights, int64_t{0}, int64_t{2}));
+  auto expected = reference(group, "float32", "engine-dies-v2");
+  expect_serves(engines[0], *expected, 2, "restarted engine 0");
+  expect_serves(engines[1], *expected, 2, "engine 1");
 }
 
 // Rank 0 of a disaggregated group begins a sync (the engines wait in the broadcast, rank 0 in
