@@ -29,6 +29,10 @@ class Future {
     std::lock_guard<std::mutex> lock(state_->completion->mutex);
     return state_->finished;
   }
+  bool failed() const {
+    std::lock_guard<std::mutex> lock(state_->completion->mutex);
+    return state_->finished && !state_->ok;
+  }
 
   // Waits for the result. It is decoded once, on the first get() of any copy of this future
   // (tensors in it are views of the received message); get() from one thread at a time.
@@ -80,17 +84,47 @@ void wait_all(const std::vector<Future<R>>& futures,
   }
 }
 
-// The results of all, in order (the first failure is thrown).
+// Waits until every call finished or one of them failed. A group's ranks often wait for each
+// other in a collective: when rank 1 dies, rank 0 answers only once its collective times out, so
+// waiting in rank order would report the death that late.
+template <class R>
+void wait_all_or_first_failure(const std::vector<Future<R>>& futures) {
+  for (const Future<R>& future : futures) {
+    Completion& completion = *future.state()->completion;
+    std::unique_lock<std::mutex> lock(completion.mutex);
+    bool any_failed = false;
+    completion.done.wait(lock, [&] {
+      // Only the calls signalled through this completion are guarded by its mutex.
+      for (const Future<R>& other : futures) {
+        const CallState& state = *other.state();
+        if (state.completion.get() == &completion && state.finished && !state.ok) {
+          any_failed = true;
+        }
+      }
+      return any_failed || future.state()->finished;
+    });
+    if (any_failed) return;
+  }
+}
+
+// The results of all, in order. A failure is thrown as soon as one call fails, without waiting
+// for the others (they go on); when several failed by then, the lowest index's.
 template <class R>
 std::vector<R> get_all(std::vector<Future<R>> futures) {
-  wait_all(futures);
+  wait_all_or_first_failure(futures);
+  for (Future<R>& future : futures) {
+    if (future.failed()) future.get();
+  }
   std::vector<R> results;
   results.reserve(futures.size());
   for (Future<R>& future : futures) results.push_back(future.get());
   return results;
 }
 inline void get_all(std::vector<Future<void>> futures) {
-  wait_all(futures);
+  wait_all_or_first_failure(futures);
+  for (Future<void>& future : futures) {
+    if (future.failed()) future.get();
+  }
   for (Future<void>& future : futures) future.get();
 }
 

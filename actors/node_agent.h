@@ -46,7 +46,8 @@ class NodeAgent {
   NodeAgent& operator=(const NodeAgent&) = delete;
 
   const std::string& node_id() const { return node_id_; }
-  // Blocks until the loop ends: stop(), or the head was lost.
+  // Blocks until the loop ends: stop(), or the head was lost. wait() and stop() join the loop
+  // thread: call them from the thread that owns the agent.
   void wait();
   void stop();
 

@@ -44,7 +44,9 @@ std::string usage(const FieldSpec& spec) {
 
 // "default: 32; range: >= 1", or "required".
 std::string facts(const FieldSpec& spec) {
-  std::string text = spec.is_required ? "required" : "default: " + spec.default_value.dump();
+  std::string text = spec.is_required             ? "required"
+                     : !spec.default_text.empty() ? "default: " + spec.default_text
+                                                  : "default: " + spec.default_value.dump();
   if (!spec.range_text().empty()) text += "; range: " + spec.range_text();
   return text;
 }

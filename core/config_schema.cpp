@@ -126,6 +126,11 @@ FieldSpec& FieldSpec::required() {
   return *this;
 }
 
+FieldSpec& FieldSpec::default_shown_as(std::string text) {
+  default_text = std::move(text);
+  return *this;
+}
+
 std::string FieldSpec::flag() const { return "--" + dashes(name); }
 
 std::string FieldSpec::range_text() const {

@@ -36,6 +36,7 @@ struct FieldSpec {
   std::string doc;
   std::string section;
   std::vector<std::string> choices;  // kEnum only
+  std::string default_text;          // what help shows as the default, when not default_value
 
   // Inclusive or exclusive numeric bounds; for lists they apply to every element.
   std::optional<double> lower, upper;
@@ -46,6 +47,8 @@ struct FieldSpec {
   FieldSpec& max(double value);           // value <= max
   FieldSpec& less_than(double value);     // value <  bound
   FieldSpec& required();                  // no default: the file or a flag must set it
+  // Help shows "default: TEXT": for a field whose default is another field's value.
+  FieldSpec& default_shown_as(std::string text);
 
   // "--global-batch-size".
   std::string flag() const;

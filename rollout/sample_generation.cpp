@@ -56,16 +56,20 @@ void add_rollout_sampling_fields(ConfigSchema& schema) {
                "rerun samples the same tokens; -1: the engines draw seeds.")
       .min(-1);
   schema.section("eval");
-  schema.add_double("eval_temperature", 1.0, "Temperature of evaluations; default the rollout's.")
-      .min(0);
-  schema.add_double("eval_top_p", 1.0, "Top-p of evaluations; default the rollout's.")
+  // Unset, each is the rollout's value (RolloutSampling::eval_from_config).
+  schema.add_double("eval_temperature", 1.0, "Temperature of evaluations.")
+      .min(0)
+      .default_shown_as("--rollout-temperature");
+  schema.add_double("eval_top_p", 1.0, "Top-p of evaluations.")
       .greater_than(0)
-      .max(1);
-  schema.add_int("eval_top_k", -1, "Top-k of evaluations; default the rollout's.").min(-1);
-  schema
-      .add_int("eval_max_response_len", 1024,
-               "Response tokens per evaluation sample; default the rollout's.")
-      .min(1);
+      .max(1)
+      .default_shown_as("--rollout-top-p");
+  schema.add_int("eval_top_k", -1, "Top-k of evaluations.")
+      .min(-1)
+      .default_shown_as("--rollout-top-k");
+  schema.add_int("eval_max_response_len", 1024, "Response tokens per evaluation sample.")
+      .min(1)
+      .default_shown_as("--rollout-max-response-len");
 }
 
 RolloutSampling RolloutSampling::from_config(const Config& config) {

@@ -187,6 +187,35 @@ TEST_F(RuntimeTest, GetWithTimeoutAndWaitAny) {
   EXPECT_EQ(sleeping.get(), 3000);
 }
 
+// As a group's ranks do when one dies while the others wait for it in a collective: get_all
+// reports the death at once, not after the waiting call ahead of it in order returns.
+TEST_F(RuntimeTest, GetAllThrowsTheFirstFailureWithoutWaitingForTheCallsBeforeIt) {
+  auto waiting = spawn<Counter>({}, 0);
+  auto dying = spawn<Counter>({}, 0);
+  auto failing = spawn<Counter>({}, 0);
+  waiting.wait_ready();
+  dying.wait_ready();
+  failing.wait_ready();
+  const auto start = Clock::now();
+  EXPECT_THROW(get_all(std::vector<Future<int>>{waiting.call(&Counter::sleep_ms, 60000),
+                                                dying.call(&Counter::exit_now, 3)}),
+               ActorDiedError);
+  try {
+    get_all(std::vector<Future<int>>{waiting.call(&Counter::sleep_ms, 60000),
+                                     failing.call(&Counter::fail, std::string("rank 1 refused"))});
+    FAIL() << "expected RemoteError";
+  } catch (const RemoteError& error) {
+    EXPECT_NE(error.remote_message().find("rank 1 refused"), std::string::npos);
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+  kill(waiting);
+  // Without failures every result comes, in order, whichever finishes first.
+  auto slow = spawn<Counter>({}, 0);
+  EXPECT_EQ(get_all(std::vector<Future<int>>{slow.call(&Counter::sleep_ms, 300),
+                                             failing.call(&Counter::add, 7)}),
+            (std::vector<int>{300, 7}));
+}
+
 TEST_F(RuntimeTest, WorkersGetGpusEnvironmentAndRankVariables) {
   ActorOptions options;
   options.resources = {{"GPU", 1}};
