@@ -272,8 +272,23 @@ int EngineSupervisor::recover(int64_t version) {
     // Weights: the trainers bring every engine that is not at `version` to it, one at a time.
     bool synced = true;
     for (size_t e = 0; e < watched_.size() && synced; ++e) {
-      const rollout::EngineStats stats =
-          job_.engines[e].call(&rollout::RolloutEngine::stats).get(options_.bring_up_timeout);
+      // Serving at the probe, an engine may have died or frozen since: the next round's probe
+      // finds out which.
+      auto probe_again = [&](const std::exception& error) {
+        OOZE_LOG(WARN) << describe(e) << " did not report its weight version (" << error.what()
+                       << "); probing the engines again";
+        synced = false;
+      };
+      rollout::EngineStats stats;
+      try {
+        stats = job_.engines[e].call(&rollout::RolloutEngine::stats).get(options_.timeout);
+      } catch (const actors::ActorDiedError& error) {
+        probe_again(error);
+        continue;
+      } catch (const actors::GetTimeoutError& error) {
+        probe_again(error);
+        continue;
+      }
       // A new process has the initial weights, version 0: behind unless the job is at 0 too.
       if (stats.weight_version == version && !stats.weights_incomplete) continue;
       if (stats.weight_version > version) {
