@@ -140,11 +140,17 @@ void RlLoop::run() {
         [this] { return generation_state(); });
     async_ = &*rollouts;
   }
-  for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
-    const Clock::time_point start = Clock::now();
-    if (supervisor_) engines_restarted_ += supervisor_->recover(rollout_id);
-    GeneratedRollout generated = async_ ? async_->next() : generate_rollout(rollout_id);
-    learn(rollout_id, std::move(generated), seconds_since(start), start);
+  try {
+    for (int64_t rollout_id = first_rollout; rollout_id < plan_.num_rollout; ++rollout_id) {
+      const Clock::time_point start = Clock::now();
+      if (supervisor_) engines_restarted_ += supervisor_->recover(rollout_id);
+      GeneratedRollout generated = async_ ? async_->next() : generate_rollout(rollout_id);
+      learn(rollout_id, std::move(generated), seconds_since(start), start);
+    }
+  } catch (...) {
+    // Else the generation thread would finish the rollout it is in before the error leaves.
+    if (async_) manager_->cancel();
+    throw;
   }
   async_ = nullptr;
   rollouts.reset();

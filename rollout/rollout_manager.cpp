@@ -82,6 +82,8 @@ struct RolloutManager::Round {
 };
 
 void RolloutManager::run(Round& round, SampleGenerator& generator) {
+  if (cancelled_)
+    throw RolloutCancelled("rollout cancelled before it started: the job is stopping");
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   const GenerationStats stats_at_start = generator.stats();
@@ -197,6 +199,12 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
     // the engines, or for the periodic duties below.
     round.changed.wait_for(lock, std::chrono::milliseconds(200),
                            [&] { return all_idle() || (round.stop && !aborted_engines); });
+    if (cancelled_ && !round.stop) {
+      round.error = std::make_exception_ptr(RolloutCancelled(
+          "rollout cancelled with " + std::to_string(round.samples_done) + " of " +
+          std::to_string(round.samples_total) + " samples done: the job is stopping"));
+      round.stop = true;
+    }
     const bool idle = all_idle();
     if (round.stop) {
       // Drain: queued jobs see the stop flag and end at once; running requests were aborted. A
@@ -455,6 +463,8 @@ MetricMap RolloutManager::evaluate(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return metrics;
 }
+
+void RolloutManager::cancel() { cancelled_ = true; }
 
 nlohmann::json RolloutManager::state() const {
   return {{"prompt_source", source_.state()}, {"partial_rollout_buffer", groups_to_json(buffer_)}};

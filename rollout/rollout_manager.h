@@ -28,6 +28,7 @@
 // again restores a state() saved before it (the RL loop's checkpoint).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "rollout/group_filter.h"
 #include "rollout/plugin_function.h"
 #include "rollout/prompt_dataset.h"
@@ -54,6 +56,10 @@ class Tokenizer;
 }
 
 namespace ooze::rollout {
+
+struct RolloutCancelled : Error {
+  using Error::Error;
+};
 
 struct RolloutResult {
   int64_t rollout_id = 0;
@@ -88,6 +94,11 @@ class RolloutManager {
 
   const RolloutOptions& options() const { return options_; }
 
+  // From another thread: the generate() or evaluate() running now, and every later one, aborts
+  // its requests and throws RolloutCancelled. For a job that fails while another thread
+  // generates (ooze train --async): the error need not wait for that rollout to end.
+  void cancel();
+
  private:
   struct Round;
 
@@ -105,6 +116,7 @@ class RolloutManager {
   std::optional<PluginFunction> buffer_filter_;
   std::optional<PluginFunction> custom_generate_;
   std::vector<std::vector<Sample>> buffer_;
+  std::atomic<bool> cancelled_{false};
 };
 
 }  // namespace ooze::rollout

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <set>
+#include <thread>
 
 #include "rollout/sample_json.h"
 #include "tests/rollout/served_engines.h"
@@ -294,6 +295,50 @@ TEST_F(RolloutManagerTest, AFailingRewardFailsTheRolloutNamingSampleAndPlugin) {
   RolloutManager next(options(2, 2, 4), next_source, engines_->router(), engines_->tokenizer(),
                       parity);
   EXPECT_EQ(next.generate(0).groups.size(), 2u);
+}
+
+// As ooze train --async does when the job fails while its generation thread is mid-rollout.
+TEST(RolloutManagerCancelTest, CancelAbortsTheRolloutInFlightAndEveryLaterOne) {
+  // One group at a time per engine: the rollout takes seconds, the cancel ends it at once.
+  testing::ServedEngines engines(2, /*max_running_requests=*/4);
+  auto data = dataset(engines.tokenizer(), 32, "cancelled.jsonl");
+  PromptSource source(data);
+  RewardModel rewards = parity_reward();
+  RolloutManager manager(options(32, 4, 256), source, engines.router(), engines.tokenizer(),
+                         rewards);
+  auto running = [&] {
+    int64_t sequences = 0;
+    for (auto& engine : engines.engines()) {
+      const EngineStats stats = engine->stats();
+      sequences += stats.running_sequences + stats.waiting_sequences;
+    }
+    return sequences;
+  };
+  std::string message = "no error";
+  const auto start = std::chrono::steady_clock::now();
+  std::thread generation([&] {
+    try {
+      manager.generate(0);
+    } catch (const RolloutCancelled& error) {
+      message = error.what();
+    } catch (const std::exception& error) {
+      message = std::string("another error: ") + error.what();
+    }
+  });
+  while (running() == 0 && std::chrono::steady_clock::now() < start + std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto cancelled = std::chrono::steady_clock::now();
+  manager.cancel();
+  generation.join();
+  std::printf("%s, %.2f s after the cancel\n", message.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - cancelled).count());
+  EXPECT_LT(std::chrono::steady_clock::now() - cancelled, std::chrono::seconds(5));
+  EXPECT_CONTAINS(message, "rollout cancelled with");
+  EXPECT_EQ(message.find("128 of 128"), std::string::npos) << "the rollout ended before the cancel";
+  EXPECT_EQ(running(), 0) << "the requests in flight were not aborted";
+  EXPECT_CONTAINS(ooze::testing::error_message_of<RolloutCancelled>([&] { manager.generate(1); }),
+                  "rollout cancelled before it started");
 }
 
 TEST(RolloutManagerNoEngineTest, NoLiveEngineFailsTheRolloutInsteadOfWaiting) {
