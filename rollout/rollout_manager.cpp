@@ -82,8 +82,9 @@ struct RolloutManager::Round {
 };
 
 void RolloutManager::run(Round& round, SampleGenerator& generator) {
-  if (cancelled_)
+  if (cancelled_) {
     throw RolloutCancelled("rollout cancelled before it started: the job is stopping");
+  }
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   const GenerationStats stats_at_start = generator.stats();
