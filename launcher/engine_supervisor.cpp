@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "rollout/http_client.h"
+#include "weight_sync/weight_syncer.h"
 
 namespace ooze::launcher {
 namespace {
@@ -26,11 +27,6 @@ std::string seconds_text(std::chrono::milliseconds duration) {
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// A trainer's WeightSyncError arrives as the RemoteError of its rank.
-bool is_weight_sync_error(const actors::RemoteError& error) {
-  return error.type().find("WeightSyncError") != std::string::npos;
 }
 
 }  // namespace
@@ -310,7 +306,7 @@ int EngineSupervisor::recover(int64_t version) {
         actors::get_all(job_.trainers.call_all(&TrainActor::update_engine_weights,
                                                static_cast<int64_t>(e), version));
       } catch (const actors::RemoteError& error) {
-        if (!is_weight_sync_error(error)) throw;
+        if (!weight_sync::is_weight_sync_error(error)) throw;
         OOZE_LOG(WARN) << "bringing " << describe(e) << " to weight version " << version
                        << " failed: " << error.what() << "; probing the engines again";
         synced = false;

@@ -16,6 +16,7 @@
 #include "launcher/trainer_group.h"
 #include "rollout/rollout_metrics.h"
 #include "rollout/sft_rollout.h"
+#include "weight_sync/weight_syncer.h"
 
 namespace ooze::launcher {
 namespace {
@@ -361,7 +362,7 @@ void RlLoop::sync(int64_t version, MetricLine& line) {
   } catch (const actors::RemoteError& error) {
     // An engine died or hung mid-sync: with --use-fault-tolerance it is restarted and every
     // engine the sync missed is brought to the version.
-    if (!supervisor_ || error.type().find("WeightSyncError") == std::string::npos) throw;
+    if (!supervisor_ || !weight_sync::is_weight_sync_error(error)) throw;
     OOZE_LOG(WARN) << "weight sync to version " << version << " failed (" << error.what()
                    << "); recovering the engines";
     engines_restarted_ += supervisor_->recover(version);

@@ -61,6 +61,12 @@ class WeightSyncError : public Error {
   using Error::Error;
 };
 
+// Whether a trainer rank's call failed with WeightSyncError, which the driver sees as the rank's
+// RemoteError.
+inline bool is_weight_sync_error(const actors::RemoteError& error) {
+  return error.type().find("WeightSyncError") != std::string::npos;
+}
+
 enum class EnginePlacement { kColocated, kDisaggregated };
 
 // What one sync did on this rank. Times in seconds.

@@ -179,6 +179,10 @@ inline std::vector<Worker> workers_of(const std::string& session) {
 // The running worker labelled `label` (a restarted actor leaves its dead instance's logs
 // behind).
 inline Worker worker_labelled(const std::string& session, const std::string& label) {
+  if (session.empty()) {
+    ADD_FAILURE() << "no worker " << label << ": the job's session was not found";
+    return Worker{};
+  }
   for (const Worker& worker : workers_of(session)) {
     if (worker.label == label && std::filesystem::exists("/proc/" + std::to_string(worker.pid))) {
       return worker;
