@@ -201,6 +201,7 @@ class Client::Loop {
       state.ok = false;
       state.error = ErrorReply{type, message, ""};
       state.finished = true;
+      ++completion_->failed_calls;
     }
     completion_->done.notify_all();
   }
@@ -225,6 +226,7 @@ class Client::Loop {
         state.result.blobs = std::move(reply.blobs);
       } else {
         state.error = std::move(error);
+        ++completion_->failed_calls;
       }
       state.finished = true;
     }

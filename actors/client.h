@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -28,6 +29,7 @@ namespace ooze::actors {
 struct Completion {
   std::mutex mutex;
   std::condition_variable done;
+  uint64_t failed_calls = 0;  // ever finished with an error; a waiter's cue to look for its own
 };
 
 // One call's outcome, filled by the I/O thread.

@@ -89,21 +89,35 @@ void wait_all(const std::vector<Future<R>>& futures,
 // waiting in rank order would report the death that late.
 template <class R>
 void wait_all_or_first_failure(const std::vector<Future<R>>& futures) {
+  // Calls of one client share a completion; the others' calls are looked at under their own.
+  auto one_failed = [&](const Completion& completion) {
+    for (const Future<R>& future : futures) {
+      const CallState& state = *future.state();
+      if (state.completion.get() == &completion && state.finished && !state.ok) return true;
+    }
+    return false;
+  };
+  const Completion* looked_at = nullptr;
+  uint64_t failures_seen = 0;
   for (const Future<R>& future : futures) {
     Completion& completion = *future.state()->completion;
     std::unique_lock<std::mutex> lock(completion.mutex);
-    bool any_failed = false;
+    if (&completion != looked_at) {
+      if (one_failed(completion)) return;
+      looked_at = &completion;
+      failures_seen = completion.failed_calls;
+    }
+    // Waking on every answer, the calls are looked through only when some call failed: the
+    // wait stays linear in the number of calls.
+    bool failed = false;
     completion.done.wait(lock, [&] {
-      // Only the calls signalled through this completion are guarded by its mutex.
-      for (const Future<R>& other : futures) {
-        const CallState& state = *other.state();
-        if (state.completion.get() == &completion && state.finished && !state.ok) {
-          any_failed = true;
-        }
-      }
-      return any_failed || future.state()->finished;
+      if (future.state()->finished) return true;
+      if (completion.failed_calls == failures_seen) return false;
+      failures_seen = completion.failed_calls;
+      failed = one_failed(completion);
+      return failed;
     });
-    if (any_failed) return;
+    if (failed || !future.state()->ok) return;
   }
 }
 
