@@ -4,11 +4,11 @@
 #   make test    install dependencies, build, run the whole test suite (CTest)
 #   make bench   install dependencies, build, run the benchmarks (JSON lines on stdout)
 BUILD_DIR ?= build
-BUILD_TYPE ?= RelWithDebInfo
+BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build demo test bench clean
+.PHONY: all deps configure build build-demo build-bench demo test bench clean
 
 all: build
 
@@ -21,15 +21,22 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# The demo needs the ooze binary and its reward plugin only, not the tests.
+build-demo: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target ooze exact_match_reward
+
+build-bench: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target benches
+
 # A tiny generated Qwen3 learns single-digit addition by GRPO (2 trainer ranks, 2 engines),
 # after a short supervised warm start: metrics, TensorBoard events and PNG curves in runs/demo.
-demo: build
+demo: build-demo
 	BUILD_DIR=$(BUILD_DIR) bash examples/demo/run.sh runs/demo
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
-bench: build
+bench: build-bench
 	bash bench/run.sh $(BUILD_DIR)
 
 clean:

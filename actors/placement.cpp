@@ -39,11 +39,6 @@ bool node_less(const NodeCapacity& a, const NodeCapacity& b) {
   return a.node_id < b.node_id;
 }
 
-double amount_of(const ResourceSet& resources, const std::string& name) {
-  auto it = resources.find(name);
-  return it == resources.end() ? 0.0 : it->second;
-}
-
 ResourceSet sum_of(const std::vector<ResourceSet>& sets) {
   ResourceSet sum;
   for (const ResourceSet& set : sets) {

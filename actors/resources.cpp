@@ -45,11 +45,6 @@ void check_request(const ResourceSet& request) {
   for (const auto& [name, amount] : request) check_amount("resource request", name, amount);
 }
 
-double amount_of(const ResourceSet& resources, const std::string& name) {
-  auto it = resources.find(name);
-  return it == resources.end() ? 0.0 : it->second;
-}
-
 // Arithmetic on fractions drifts (1 - 0.1 * 10 != 0); values within epsilon of an end of the
 // range snap to it, which is what makes release() restore the initial state exactly.
 double snap(double value, double total) {
@@ -88,6 +83,11 @@ bool fits(const ResourceSet& have, const std::vector<double>& gpu_free, const Re
 }
 
 }  // namespace
+
+double amount_of(const ResourceSet& resources, const std::string& name) {
+  auto it = resources.find(name);
+  return it == resources.end() ? 0.0 : it->second;
+}
 
 ResourceSet parse_resources(const std::string& json_text) {
   const std::string where = "resources '" + json_text + "'";

@@ -21,6 +21,9 @@ constexpr double kResourceEpsilon = 1e-9;
 // dropped. Throws ooze::ConfigError naming the problem.
 ResourceSet parse_resources(const std::string& json_text);
 
+// resources[name], or 0 when the set has none of it.
+double amount_of(const ResourceSet& resources, const std::string& name);
+
 // Compact JSON with sorted keys and zero amounts omitted; whole amounts print without ".0" and
 // fractions with 15 significant digits, so parse_resources(format_resources(r)) == r for every
 // amount a person writes.

@@ -35,10 +35,13 @@
 #include "actors/runtime.h"
 #include "core/error.h"
 #include "core/tensor_serialization.h"
+#include "core/timer.h"
 
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+using ooze::seconds_since;
 
 constexpr int kWindow = 1000;          // calls in flight in the pipelined figures
 constexpr int kFanout = 4;             // actors (and echo processes) of fanout_1toN
@@ -68,10 +71,6 @@ const auto bench_actor_class = ooze::actors::ActorClass<BenchActor>("BenchActor"
                                    .method("probe", &BenchActor::probe);
 
 // ---- measuring ------------------------------------------------------------------------------
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 double median(std::vector<double> xs) {
   std::sort(xs.begin(), xs.end());

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/timer.h"
 
 namespace ooze::bench {
 
@@ -60,9 +61,7 @@ inline void print_line(const std::string& bench, const std::string& metric, doub
   std::fflush(stdout);
 }
 
-inline double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
+using ooze::seconds_since;
 
 // A fresh directory under the system temp directory ("<tag>-XXXXXX"), removed with what it holds
 // when the object goes.

@@ -4,7 +4,7 @@
 //
 //   cp.model                  the bench shape (Qwen3, hidden 384, 8 layers, 6 query heads over 2
 //                             key/value heads, vocab 4096, untied, fp32): its parameter count
-//   cp.train.c1_tN            one training step (fsdp::train_step: SFT loss over every next
+//   cp.train.c1_tN            one training step (trainer::train_step: SFT loss over every next
 //   cp.train.c2_tN            token, backward, clipping, ShardedAdamW) on one sequence of N random
 //                             tokens, on 1 rank and on a CP group of 2 ranks (ring attention):
 //                             tokens/s and the peak activation memory of the busier rank, each
@@ -64,12 +64,11 @@
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/packing.h"
 #include "fsdp/sharded_adamw.h"
-#include "fsdp/train_step.h"
 #include "models/context_parallel_split.h"
 #include "models/model_config.h"
 #include "models/ring_attention.h"
 #include "models/transformer.h"
-
+#include "trainer/train_step.h"
 
 using Clock = std::chrono::steady_clock;
 using namespace ooze;
@@ -133,23 +132,24 @@ void train_one_sequence(const std::shared_ptr<TimedCommunicator>& world, int64_t
   model->init_weights(kInitSeed);
   fsdp::FsdpTransformer fsdp(model, world, options);
   fsdp::ShardedAdamW optimizer(fsdp.sharded(), fsdp::ShardedAdamWOptions{});
-  fsdp::TrainStepOptions step;
-  step.loss_type = fsdp::LossType::kSftLoss;
+  trainer::TrainStepOptions step;
+  step.loss_type = trainer::LossType::kSftLoss;
   step.loss_aggregation = algorithms::LossAggregation::kTokenMean;
   step.packing.context_parallel_size = cp;
   const int64_t vocab = bench_config().vocab_size;
 
   // A short step first: the optimizer state and every buffer that lives across steps.
-  fsdp::train_step(fsdp, optimizer, kLr,
-                   {fsdp::language_modeling_sample(random_tokens(kWarmupTokens, vocab, 1))}, step);
+  trainer::train_step(fsdp, optimizer, kLr,
+                      {trainer::language_modeling_sample(random_tokens(kWarmupTokens, vocab, 1))},
+                      step);
   const std::vector<fsdp::PackingSample> samples = {
-      fsdp::language_modeling_sample(random_tokens(tokens, vocab, 2))};
+      trainer::language_modeling_sample(random_tokens(tokens, vocab, 2))};
   if (world) world->barrier();
   if (world) world->reset();
   reset_peak_cpu_bytes();
   const int64_t before = cpu_bytes_in_use();
   const auto start = Clock::now();
-  const fsdp::TrainStepOutput out = fsdp::train_step(fsdp, optimizer, kLr, samples, step);
+  const trainer::TrainStepResult out = trainer::train_step(fsdp, optimizer, kLr, samples, step);
   const double seconds = bench::seconds_since(start);
   const double activation = static_cast<double>(peak_cpu_bytes() - before);
   const double comm_seconds = world ? world->blocked_seconds() : 0.0;

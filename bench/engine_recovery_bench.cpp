@@ -20,14 +20,14 @@
 
 #include "actors/runtime.h"
 #include "bench/bench_support.h"
-#include "fsdp/train_step.h"
 #include "launcher/engine_supervisor.h"
 #include "launcher/rl_placement.h"
 #include "launcher/train_plan.h"
-#include "launcher/trainer_group.h"
 #include "models/model_init.h"
-#include "rollout/http_client.h"
-#include "rollout/rollout_engine_actor.h"
+#include "serving/http_client.h"
+#include "serving/rollout_engine_actor.h"
+#include "trainer/train_step.h"
+#include "trainer/trainer_group.h"
 
 namespace ooze::launcher {
 namespace {
@@ -52,12 +52,12 @@ std::string one_sample_body() {
 
 // The first sample from the server at `url`: throws unless it answers 200.
 void first_sample(const std::string& url) {
-  rollout::HttpRequest request;
+  serving::HttpRequest request;
   request.method = "POST";
   request.target = "/generate";
   request.body = one_sample_body();
   request.timeout = std::chrono::minutes(2);
-  const rollout::HttpResponse response = rollout::HttpClient(url).send(request);
+  const serving::HttpResponse response = serving::HttpClient(url).send(request);
   if (response.status != 200) {
     throw Error("engine " + url + " answered " + std::to_string(response.status) + ": " +
                 response.body);
@@ -101,14 +101,14 @@ double cold_start_seconds(const std::string& model) {
   runtime.resources = {{"CPU", 1}};
   runtime.log_to_driver = false;
   actors::init(runtime);
-  rollout::EngineOptions engine;
+  engine::EngineOptions engine;
   engine.model_dir = model;
   engine.max_running_requests = config.get<int64_t>("engine_max_running_requests");
   engine.kv_cache_memory_mb = config.get<int64_t>("engine_kv_cache_memory_mb");
   engine.intra_op_threads = static_cast<int>(config.get<int64_t>("engine_threads"));
   const Clock::time_point start = Clock::now();
-  auto actor = actors::spawn<rollout::RolloutEngine>(
-      rollout::rollout_engine_actor_options({{"CPU", 1}}), engine);
+  auto actor = actors::spawn<serving::RolloutEngine>(
+      serving::rollout_engine_actor_options({{"CPU", 1}}), engine);
   first_sample(serve_engine(actor));
   const double seconds = seconds_since(start);
   actors::shutdown();
@@ -124,12 +124,12 @@ std::vector<double> recovery_seconds(const std::string& model, bool colocate) {
     RlProcesses job = start_rl_processes(config, plan, policy_init(config, plan));
     EngineSupervisor supervisor(config, job);
     // One step, so a restarted engine has weights to catch up on.
-    TrainBatch batch;
+    trainer::TrainBatch batch;
     for (int s = 0; s < 4; ++s) {
-      batch.samples.push_back(fsdp::language_modeling_sample({5, 6, 7, 8, 9, 10, int64_t{s}}));
+      batch.samples.push_back(trainer::language_modeling_sample({5, 6, 7, 8, 9, 10, int64_t{s}}));
     }
-    train_step(job.trainers, batch, fsdp::PackingOptions{});
-    actors::get_all(job.trainers.call_all(&TrainActor::update_weights, int64_t{1}, true));
+    trainer::train_step(job.trainers, batch, fsdp::PackingOptions{});
+    actors::get_all(job.trainers.call_all(&trainer::TrainActor::update_weights, int64_t{1}, true));
     for (int r = 0; r < kRepeats; ++r) {
       const int pid = job.engines[1].info().pid;
       const Clock::time_point killed = Clock::now();

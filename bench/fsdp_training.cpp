@@ -3,7 +3,8 @@
 //
 //   fsdp.train.unsharded_w1  the plain TransformerModel: forward, loss, backward, global-norm
 //                            clipping (fp64 norm, as fsdp/), torch::optim::AdamW (the baseline)
-//   fsdp.train.fsdp_w1       the same model through fsdp::train_step (fsdp/train_step.h: plan,
+//   fsdp.train.fsdp_w1       the same model through trainer::train_step (trainer/train_step.h:
+//   plan,
 //                            pack, FsdpTransformer, the SFT loss of algorithms/, ShardedAdamW),
 //                            the step every TrainActor runs, on one rank (no communicator)
 //   fsdp.train.fsdp_w2       the same on 2 real processes over Gloo on loopback, each rank with
@@ -48,15 +49,15 @@
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
 #include "core/error.h"
+#include "core/timer.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/optimizer_step.h"
 #include "fsdp/packing.h"
 #include "fsdp/sharded_adamw.h"
-#include "fsdp/train_step.h"
 #include "models/log_probs.h"
 #include "models/model_config.h"
 #include "models/transformer.h"
-
+#include "trainer/train_step.h"
 
 using Clock = std::chrono::steady_clock;
 using namespace ooze;
@@ -92,10 +93,6 @@ models::ModelConfig bench_config() {
   return config;
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 double median(std::vector<double> xs) {
   std::sort(xs.begin(), xs.end());
   return xs[xs.size() / 2];
@@ -112,7 +109,7 @@ std::vector<fsdp::PackingSample> make_batch(int64_t vocab_size, int rank, int st
   for (int64_t s = 0; s < kSequences; ++s) {
     std::vector<int64_t> sequence(kSequenceLength);
     for (auto& id : sequence) id = token(rng);
-    samples.push_back(fsdp::language_modeling_sample(sequence));
+    samples.push_back(trainer::language_modeling_sample(sequence));
   }
   return samples;
 }
@@ -181,10 +178,10 @@ StepTimes train_fsdp(fsdp::FsdpTransformer& fsdp, int rank, TimedCommunicator* t
   fsdp::ShardedAdamWOptions adam;
   adam.weight_decay = kWeightDecay;
   fsdp::ShardedAdamW optimizer(fsdp.sharded(), adam);
-  fsdp::TrainStepOptions options;
+  trainer::TrainStepOptions options;
   options.packing.micro_batch_size = kSequences;  // one micro-batch, as the baseline
   options.loss_aggregation = algorithms::LossAggregation::kTokenMean;
-  options.loss_type = fsdp::LossType::kSftLoss;  // the baseline's loss
+  options.loss_type = trainer::LossType::kSftLoss;  // the baseline's loss
   options.clip_grad = kClipGrad;
   StepTimes times;
   for (int step = 0; step < kWarmupSteps + kTimedSteps; ++step) {
@@ -192,7 +189,8 @@ StepTimes train_fsdp(fsdp::FsdpTransformer& fsdp, int rank, TimedCommunicator* t
     if (raw_comm) raw_comm->barrier();
     if (timed_comm) timed_comm->reset();
     const auto start = Clock::now();
-    const fsdp::TrainStepOutput out = fsdp::train_step(fsdp, optimizer, kLr, samples, options);
+    const trainer::TrainStepResult out =
+        trainer::train_step(fsdp, optimizer, kLr, samples, options);
     const double seconds = seconds_since(start);
     const double comm_seconds = timed_comm ? timed_comm->blocked_seconds() : 0.0;
     double slowest = seconds;

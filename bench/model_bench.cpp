@@ -16,6 +16,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/timer.h"
 #include "models/kv_cache.h"
 #include "models/transformer.h"
 
@@ -26,6 +27,8 @@ using ooze::models::ModelConfig;
 using ooze::models::TransformerModel;
 
 namespace {
+
+using ooze::seconds_since;
 
 ModelConfig bench_config() {
   ModelConfig config;
@@ -55,10 +58,6 @@ double matmul_parameters(const ModelConfig& c) {
 double attention_flops(const ModelConfig& c, double length) {
   return c.num_hidden_layers * 2.0 * 2.0 * c.num_attention_heads * c.head_dim * length *
          (length + 1) / 2;
-}
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 double best_of(int reps, const std::function<void()>& run) {

@@ -1,4 +1,4 @@
-// Throughput of the rollout engine (rollout/engine.h) on a ~20M-parameter Qwen3 (fp32, byte
+// Throughput of the rollout engine (engine/engine.h) on a ~20M-parameter Qwen3 (fp32, byte
 // tokenizer, vocabulary 4096) on this machine's CPU, every figure against a baseline measured in
 // the same run:
 //
@@ -34,15 +34,15 @@
 
 #include "bench/bench_support.h"
 #include "core/error.h"
+#include "engine/engine.h"
 #include "models/hf_checkpoint.h"
 #include "models/kv_cache.h"
 #include "models/model_config.h"
 #include "models/model_init.h"
 #include "models/transformer.h"
-#include "rollout/engine.h"
-#include "rollout/engine_server.h"
-#include "rollout/http_client.h"
-#include "rollout/http_server.h"
+#include "serving/engine_server.h"
+#include "serving/http_client.h"
+#include "serving/http_server.h"
 
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
@@ -181,8 +181,8 @@ double static_padding_factor(const Workload& workload, int64_t batch) {
   return rows / workload.total_output_tokens();
 }
 
-rollout::EngineOptions engine_options(const std::string& model_dir, int threads) {
-  rollout::EngineOptions options;
+engine::EngineOptions engine_options(const std::string& model_dir, int threads) {
+  engine::EngineOptions options;
   options.model_dir = model_dir;
   options.dtype = "float32";
   options.max_running_requests = kMaxRunning;
@@ -193,8 +193,8 @@ rollout::EngineOptions engine_options(const std::string& model_dir, int threads)
   return options;
 }
 
-rollout::GenerateRequest greedy_request(const std::vector<int64_t>& prompt, int64_t max_new) {
-  rollout::GenerateRequest request;
+engine::GenerateRequest greedy_request(const std::vector<int64_t>& prompt, int64_t max_new) {
+  engine::GenerateRequest request;
   request.input_ids = prompt;
   request.sampling.temperature = 0.0;
   request.sampling.ignore_eos = true;
@@ -204,7 +204,7 @@ rollout::GenerateRequest greedy_request(const std::vector<int64_t>& prompt, int6
 
 // Submits every request at once and waits for all; returns the seconds from the first submit
 // to the last output. Checks each output has its full length.
-double run_engine(rollout::Engine& engine, const Workload& workload) {
+double run_engine(engine::Engine& engine, const Workload& workload) {
   std::mutex mutex;
   std::condition_variable done;
   int64_t finished = 0, generated = 0;
@@ -212,7 +212,7 @@ double run_engine(rollout::Engine& engine, const Workload& workload) {
   auto start = Clock::now();
   for (int64_t i = 0; i < count; ++i) {
     engine.submit(greedy_request(workload.prompts[i], workload.output_lengths[i]),
-                  [&](const rollout::GenerateOutput& output) {
+                  [&](const engine::GenerateOutput& output) {
                     if (!output.finished) return;
                     std::lock_guard<std::mutex> lock(mutex);
                     generated += output.completion_tokens();
@@ -295,9 +295,9 @@ double run_static_batches(const std::string& model_dir, const Workload& workload
 void bench_continuous_batching(const BenchModel& model, int threads) {
   const Workload workload = lognormal_workload(256, /*seed=*/2024);
   const double static_seconds = run_static_batches(model.model_dir(), workload, kMaxRunning);
-  rollout::Engine engine(engine_options(model.model_dir(), threads));
+  engine::Engine engine(engine_options(model.model_dir(), threads));
   const double engine_seconds = run_engine(engine, workload);
-  const rollout::EngineStats stats = engine.stats();
+  const engine::EngineStats stats = engine.stats();
   const double tokens = static_cast<double>(workload.total_output_tokens());
   print_line("rollout.qwen3_20m.continuous_batching.256_requests", "tokens_per_second",
              tokens / engine_seconds, "tokens/s", tokens / static_seconds,
@@ -320,11 +320,11 @@ void bench_steady_decode(const BenchModel& model, int threads) {
   // The window measured: every sequence past its first few tokens, none finished yet.
   const int64_t window_start = 8, window_end = output_length - 8;
   std::mt19937_64 rng(7);
-  rollout::Engine engine(engine_options(model.model_dir(), threads));
+  engine::Engine engine(engine_options(model.model_dir(), threads));
   std::atomic<int64_t> finished{0};
   for (int64_t i = 0; i < sequences; ++i) {
     engine.submit(greedy_request(random_prompt(rng, prompt_length), output_length),
-                  [&](const rollout::GenerateOutput& output) {
+                  [&](const engine::GenerateOutput& output) {
                     if (output.finished) ++finished;
                   });
   }
@@ -359,20 +359,20 @@ struct SharingRun {
 // Runs `submit_all` on a fresh engine and samples its statistics until `expected` outputs
 // have finished: the peak of blocks held by sequences (cached blocks nobody holds are free).
 SharingRun run_sharing(
-    const rollout::EngineOptions& options, int64_t expected,
-    const std::function<void(rollout::Engine&, const rollout::OutputCallback&)>& submit_all) {
-  rollout::Engine engine(options);
+    const engine::EngineOptions& options, int64_t expected,
+    const std::function<void(engine::Engine&, const engine::OutputCallback&)>& submit_all) {
+  engine::Engine engine(options);
   std::atomic<int64_t> finished{0};
-  submit_all(engine, [&](const rollout::GenerateOutput& output) {
+  submit_all(engine, [&](const engine::GenerateOutput& output) {
     if (output.finished) ++finished;
   });
   SharingRun run;
   while (finished < expected) {
-    const rollout::EngineStats stats = engine.stats();
+    const engine::EngineStats stats = engine.stats();
     run.peak_blocks_held = std::max(run.peak_blocks_held, stats.total_blocks - stats.free_blocks);
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
-  const rollout::EngineStats stats = engine.stats();
+  const engine::EngineStats stats = engine.stats();
   run.computed_prefill_tokens = stats.computed_prefill_tokens;
   run.cache_hit_rate = stats.cache_hit_rate();
   return run;
@@ -383,7 +383,7 @@ void bench_prefix_sharing(const BenchModel& model, int threads) {
   std::mt19937_64 rng(11);
   const std::vector<int64_t> prompt = random_prompt(rng, prompt_length);
   auto sampled_request = [&](uint64_t seed) {
-    rollout::GenerateRequest request = greedy_request(prompt, output_length);
+    engine::GenerateRequest request = greedy_request(prompt, output_length);
     request.sampling.temperature = 1.0;
     request.sampling.seed = seed;
     return request;
@@ -391,16 +391,16 @@ void bench_prefix_sharing(const BenchModel& model, int threads) {
 
   const SharingRun shared =
       run_sharing(engine_options(model.model_dir(), threads), samples,
-                  [&](rollout::Engine& engine, const rollout::OutputCallback& on_update) {
-                    rollout::GenerateRequest request = sampled_request(5);
+                  [&](engine::Engine& engine, const engine::OutputCallback& on_update) {
+                    engine::GenerateRequest request = sampled_request(5);
                     request.sampling.n = samples;
                     engine.submit(request, on_update);
                   });
-  rollout::EngineOptions no_prefix_cache = engine_options(model.model_dir(), threads);
+  engine::EngineOptions no_prefix_cache = engine_options(model.model_dir(), threads);
   no_prefix_cache.enable_prefix_caching = false;
   const SharingRun separate =
       run_sharing(no_prefix_cache, samples,
-                  [&](rollout::Engine& engine, const rollout::OutputCallback& on_update) {
+                  [&](engine::Engine& engine, const engine::OutputCallback& on_update) {
                     for (int64_t i = 0; i < samples; ++i) {
                       engine.submit(sampled_request(5 + i), on_update);
                     }
@@ -427,9 +427,9 @@ void bench_prefix_sharing(const BenchModel& model, int threads) {
 // through its own sender from make_sender (a sender returns the output's token count); returns
 // the wall seconds.
 double run_clients(
-    int64_t clients, const std::vector<rollout::GenerateRequest>& requests,
-    const std::function<std::function<int64_t(const rollout::GenerateRequest&)>()>& make_sender) {
-  std::vector<std::function<int64_t(const rollout::GenerateRequest&)>> senders;
+    int64_t clients, const std::vector<engine::GenerateRequest>& requests,
+    const std::function<std::function<int64_t(const engine::GenerateRequest&)>()>& make_sender) {
+  std::vector<std::function<int64_t(const engine::GenerateRequest&)>> senders;
   for (int64_t c = 0; c < clients; ++c) senders.push_back(make_sender());
   std::atomic<int64_t> generated{0};
   std::vector<std::thread> threads;
@@ -463,34 +463,34 @@ double run_clients(
 void bench_http_overhead(const BenchModel& model, int threads) {
   const int64_t count = 64, clients = 8, prompt_length = 64, output_length = 32;
   std::mt19937_64 rng(13);
-  std::vector<rollout::GenerateRequest> requests;
+  std::vector<engine::GenerateRequest> requests;
   for (int64_t i = 0; i < count; ++i) {
     requests.push_back(greedy_request(random_prompt(rng, prompt_length), output_length));
   }
-  rollout::Engine engine(engine_options(model.model_dir(), threads));
-  rollout::ServerOptions server_options;
+  engine::Engine engine(engine_options(model.model_dir(), threads));
+  serving::ServerOptions server_options;
   server_options.threads = 2;
-  rollout::EngineServer server(engine, server_options);
+  serving::EngineServer server(engine, server_options);
 
   auto in_process = [&] {
-    return [&engine](const rollout::GenerateRequest& request) {
+    return [&engine](const engine::GenerateRequest& request) {
       return engine.generate(request).front().completion_tokens();
     };
   };
   auto over_http = [&] {
     // One keep-alive connection per client thread, as a client library keeps one.
-    auto client = std::make_shared<rollout::HttpClient>(server.url());
-    return [client](const rollout::GenerateRequest& request) {
+    auto client = std::make_shared<serving::HttpClient>(server.url());
+    return [client](const engine::GenerateRequest& request) {
       const nlohmann::json body = {{"input_ids", request.input_ids},
                                    {"sampling_params",
                                     {{"temperature", request.sampling.temperature},
                                      {"max_new_tokens", request.sampling.max_new_tokens},
                                      {"ignore_eos", request.sampling.ignore_eos}}}};
-      rollout::HttpRequest post;
+      serving::HttpRequest post;
       post.method = "POST";
       post.target = "/generate";
       post.body = body.dump();
-      const rollout::HttpResponse response = client->send(post);
+      const serving::HttpResponse response = client->send(post);
       if (!response.ok()) {
         throw ooze::Error("rollout_bench: POST /generate answered " +
                           std::to_string(response.status) + ": " + response.body);

@@ -32,16 +32,16 @@
 
 #include "bench/bench_support.h"
 #include "core/error.h"
+#include "engine/engine.h"
 #include "models/model_init.h"
 #include "models/tokenizer.h"
-#include "rollout/engine.h"
-#include "rollout/engine_server.h"
-#include "rollout/local_engines.h"
 #include "rollout/prompt_dataset.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
 #include "rollout/rollout_manager.h"
-#include "rollout/router.h"
+#include "serving/engine_server.h"
+#include "serving/local_engines.h"
+#include "serving/router.h"
 
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
@@ -63,15 +63,15 @@ class ServedModel {
       : engines_(engine_options(model_dir), kEngines),
         tokenizer_(models::load_tokenizer(model_dir)) {}
 
-  rollout::Router& router() { return engines_.router(); }
+  serving::Router& router() { return engines_.router(); }
   const models::Tokenizer& tokenizer() const { return tokenizer_; }
   void flush_caches() {
     for (auto& engine : engines_.engines()) engine->flush_cache();
   }
 
  private:
-  static rollout::EngineOptions engine_options(const std::string& model_dir) {
-    rollout::EngineOptions options;
+  static engine::EngineOptions engine_options(const std::string& model_dir) {
+    engine::EngineOptions options;
     options.model_dir = model_dir;
     options.dtype = "float32";
     options.max_running_requests = 64;
@@ -82,7 +82,7 @@ class ServedModel {
     return options;
   }
 
-  rollout::LocalEngines engines_;
+  serving::LocalEngines engines_;
   models::Tokenizer tokenizer_;
 };
 
@@ -151,7 +151,7 @@ Throughput run_direct(ServedModel& served, const rollout::PromptDataset& data,
             {"sampling_params", options.sampling.sampling_params(options.sampling.max_response_len,
                                                                  n, rollout::Sample{})},
             {"return_logprob", true}};
-        rollout::RouteOptions route;
+        serving::RouteOptions route;
         route.retry = true;
         const nlohmann::json answer = served.router().generate(body, route);
         const nlohmann::json outputs = n == 1 ? nlohmann::json::array({answer}) : answer;

@@ -67,21 +67,21 @@
 #include "fsdp/fsdp_transformer.h"
 #include "models/hf_checkpoint.h"
 #include "models/model_init.h"
-#include "rollout/rollout_engine_actor.h"
+#include "serving/rollout_engine_actor.h"
+#include "trainer/weight_syncer.h"
 #include "weight_sync/bucket.h"
 #include "weight_sync/shared_memory_segment.h"
-#include "weight_sync/weight_syncer.h"
 
 namespace {
 
 using ooze::bench::print_line;
 using ooze::bench::seconds_since;
-using ooze::rollout::RolloutEngine;
+using ooze::serving::RolloutEngine;
+using ooze::trainer::EnginePlacement;
+using ooze::trainer::WeightSyncer;
+using ooze::trainer::WeightSyncReport;
 using ooze::weight_sync::BucketManifest;
-using ooze::weight_sync::EnginePlacement;
 using ooze::weight_sync::TensorSpec;
-using ooze::weight_sync::WeightSyncer;
-using ooze::weight_sync::WeightSyncReport;
 using Clock = std::chrono::steady_clock;
 using EngineHandle = ooze::actors::ActorHandle<RolloutEngine>;
 
@@ -334,9 +334,8 @@ ooze::models::ModelConfig write_model(const std::string& dir) {
   return ooze::models::init_hf_model(options);
 }
 
-ooze::rollout::EngineOptions engine_options(const std::string& model_dir,
-                                            const std::string& dtype) {
-  ooze::rollout::EngineOptions options;
+ooze::engine::EngineOptions engine_options(const std::string& model_dir, const std::string& dtype) {
+  ooze::engine::EngineOptions options;
   options.model_dir = model_dir;
   options.dtype = dtype;
   options.kv_cache_blocks = 16;  // generation is only the correctness check here
@@ -351,7 +350,7 @@ std::vector<EngineHandle> spawn_engines(int count, const std::string& model_dir,
   std::vector<EngineHandle> engines;
   for (int i = 0; i < count; ++i) {
     engines.push_back(ooze::actors::spawn<RolloutEngine>(
-        ooze::rollout::rollout_engine_actor_options(), engine_options(model_dir, dtype)));
+        ooze::serving::rollout_engine_actor_options(), engine_options(model_dir, dtype)));
   }
   for (const EngineHandle& engine : engines) engine.wait_ready(std::chrono::minutes(5));
   return engines;
@@ -370,7 +369,7 @@ void change_trainer_weights(ooze::fsdp::FsdpTransformer& trainer) {
 void checked_sync(ooze::fsdp::FsdpTransformer& trainer, const std::vector<EngineHandle>& engines,
                   EnginePlacement placement, int64_t version) {
   change_trainer_weights(trainer);
-  ooze::weight_sync::WeightSyncOptions options;
+  ooze::trainer::WeightSyncOptions options;
   options.check = true;
   WeightSyncer syncer(trainer.sharded(), at::kBFloat16, engines, placement, options,
                       "weight-sync-bench-check");
@@ -379,7 +378,7 @@ void checked_sync(ooze::fsdp::FsdpTransformer& trainer, const std::vector<Engine
     throw BenchFailure("the checked sync reached " + std::to_string(report.engines) + " of " +
                        std::to_string(engines.size()) + " engines");
   }
-  ooze::rollout::GenerateRequest request;
+  ooze::engine::GenerateRequest request;
   request.input_ids = {84, 104, 101};
   request.sampling.temperature = 0.0;
   request.sampling.max_new_tokens = 1;
@@ -387,9 +386,9 @@ void checked_sync(ooze::fsdp::FsdpTransformer& trainer, const std::vector<Engine
   for (size_t i = 0; i < engines.size(); ++i) {
     const auto outputs =
         engines[i]
-            .call(&RolloutEngine::generate, std::vector<ooze::rollout::GenerateRequest>{request})
+            .call(&RolloutEngine::generate, std::vector<ooze::engine::GenerateRequest>{request})
             .get();
-    const ooze::rollout::GenerateOutput& out = outputs.at(0).at(0);
+    const ooze::engine::GenerateOutput& out = outputs.at(0).at(0);
     if (out.output_ids.size() != 1 || out.weight_version != version) {
       throw BenchFailure("engine " + std::to_string(i) + " generated " +
                          std::to_string(out.output_ids.size()) + " tokens under weight version " +
@@ -410,7 +409,7 @@ WeightSyncReport best_sync(ooze::fsdp::FsdpTransformer& trainer,
                            const std::vector<EngineHandle>& engines, EnginePlacement placement,
                            int64_t bucket_bytes, int64_t* version,
                            at::ScalarType engine_dtype = at::kBFloat16) {
-  ooze::weight_sync::WeightSyncOptions options;
+  ooze::trainer::WeightSyncOptions options;
   options.update_weight_buffer_size = bucket_bytes;
   WeightSyncer syncer(trainer.sharded(), engine_dtype, engines, placement, options,
                       "weight-sync-bench");
@@ -474,8 +473,8 @@ void bench_syncs(const char* argv0) {
   // those ~2 GB in its heap unless asked to give them back: the engines need the room.
   ::malloc_trim(0);
   const int64_t bytes =
-      ooze::weight_sync::TrainerBuckets(trainer.sharded(), at::kBFloat16,
-                                        ooze::weight_sync::kDefaultUpdateWeightBufferSize)
+      ooze::trainer::TrainerBuckets(trainer.sharded(), at::kBFloat16,
+                                    ooze::weight_sync::kDefaultUpdateWeightBufferSize)
           .total_bytes();
   const double gb = static_cast<double>(bytes) / 1e9;
   const std::string size_name = std::to_string(std::llround(params / 1e6)) + "M";

@@ -16,6 +16,14 @@
 
 namespace ooze {
 
+// SplitMix64's finalizer: a bijection on 64-bit values whose output bits each depend on every
+// input bit. Seeds and hashes built from it are the same on every machine.
+inline uint64_t mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
 // The CRC-32 of `size` bytes at `data`, continuing from `previous` (the CRC of the bytes that
 // came before them; 0 to start). crc32("123456789", 9) == 0xCBF43926.
 uint32_t crc32(const void* data, size_t size, uint32_t previous = 0);

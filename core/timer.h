@@ -14,13 +14,18 @@
 
 namespace ooze {
 
+// Seconds on the steady clock since `start`.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 class Timer {
  public:
   Timer() : start_(Clock::now()) {}
 
   void reset() { start_ = Clock::now(); }
   // Seconds since construction or the last reset().
-  double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  double elapsed() const { return seconds_since(start_); }
 
  private:
   using Clock = std::chrono::steady_clock;

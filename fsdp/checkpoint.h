@@ -51,6 +51,10 @@ struct TrainingProgress {
   int64_t iteration = 0;           // training iterations done; names the checkpoint directory
   int64_t lr_completed_steps = 0;  // steps the LR schedule has advanced: LrSchedule::lr_at(this)
   int64_t consumed_samples = 0;    // samples (or rollouts) trained on so far
+  template <class A>
+  void serialize(A& ar) {  // TrainActor::save and load return it through the actor runtime
+    ar(iteration, lr_completed_steps, consumed_samples);
+  }
 };
 
 // Writes checkpoint `progress.iteration` of `model` and `optimizer` under `dir` (created if

@@ -12,7 +12,7 @@
 //     torch::Tensor hidden = fsdp.forward(input_ids, position_ids, cu_seqlens);
 //     auto out = models::compute_token_log_probs(hidden, fsdp.lm_head_weight(), targets);
 //     fsdp.backward(-out.log_probs.mean() / num_micro_batches);  // accumulates into the shards
-//   StepResult result = clip_and_step(fsdp.sharded(), optimizer, lr, clip_grad);
+//   OptimizerStepResult result = clip_and_step(fsdp.sharded(), optimizer, lr, clip_grad);
 //
 // Scoring without gradients: forward under torch::NoGradGuard, use lm_head_weight(), then
 // reshard().

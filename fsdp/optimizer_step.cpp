@@ -5,10 +5,10 @@
 
 namespace ooze::fsdp {
 
-StepResult clip_and_step(FullyShardedModule& model, ShardedAdamW& optimizer, double lr,
+OptimizerStepResult clip_and_step(FullyShardedModule& model, ShardedAdamW& optimizer, double lr,
                          double clip_grad) {
   const GradNormResult norm = clip_grad_norm(model, clip_grad);
-  StepResult result;
+  OptimizerStepResult result;
   result.grad_norm = norm.norm;
   result.clip_coef = norm.clip_coef;
   if (norm.finite) {

@@ -8,7 +8,7 @@
 
 namespace ooze::fsdp {
 
-struct StepResult {
+struct OptimizerStepResult {
   double grad_norm = 0.0;  // before clipping; for logging
   double clip_coef = 1.0;
   bool skipped = false;  // the norm was not finite: weights and optimizer state untouched
@@ -18,7 +18,7 @@ struct StepResult {
 // clipping, the norm is still computed), steps `optimizer` at `lr` unless the norm is not
 // finite (then logs a warning naming the norm and reports skipped), and zeroes the gradients
 // either way, ready for the next step. A collective: call on every rank.
-StepResult clip_and_step(FullyShardedModule& model, ShardedAdamW& optimizer, double lr,
+OptimizerStepResult clip_and_step(FullyShardedModule& model, ShardedAdamW& optimizer, double lr,
                          double clip_grad);
 
 }  // namespace ooze::fsdp

@@ -7,8 +7,9 @@
 #include "actors/runtime.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include "rollout/http_client.h"
-#include "weight_sync/weight_syncer.h"
+#include "core/timer.h"
+#include "serving/http_client.h"
+#include "trainer/weight_syncer.h"
 
 namespace ooze::launcher {
 namespace {
@@ -23,10 +24,6 @@ std::string seconds_text(std::chrono::milliseconds duration) {
   std::ostringstream text;
   text << static_cast<double>(duration.count()) / 1000.0 << " s";
   return text.str();
-}
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 }  // namespace
@@ -50,8 +47,8 @@ EngineSupervisor::EngineSupervisor(EngineSupervisorOptions options, RlProcesses&
     throw Error(
         "EngineSupervisor: the job's engines have no router (start_rl_processes makes one)");
   }
-  const std::vector<rollout::EngineStatus> routed =
-      job_.router ? job_.router->engines() : std::vector<rollout::EngineStatus>();
+  const std::vector<serving::EngineStatus> routed =
+      job_.router ? job_.router->engines() : std::vector<serving::EngineStatus>();
   for (size_t e = 0; e < job_.engines.size(); ++e) {
     const actors::ActorInfo info = job_.engines[e].info();
     Watched watched;
@@ -122,18 +119,18 @@ EngineSupervisor::Probe EngineSupervisor::probe(size_t e) {
   };
   Probe found;
   if (look(found)) return found;
-  rollout::HttpClientOptions client_options;
+  serving::HttpClientOptions client_options;
   client_options.connect_timeout = options_.timeout;
-  rollout::HttpRequest request;
+  serving::HttpRequest request;
   request.target = "/health";
   request.timeout = options_.timeout;
   try {
-    rollout::HttpClient(watched.url, client_options).send(request);
+    serving::HttpClient(watched.url, client_options).send(request);
     return {};  // any answer: the engine's server threads run
-  } catch (const rollout::HttpTimeoutError&) {
+  } catch (const serving::HttpTimeoutError&) {
     return {Health::kHung, "no answer to GET /health in " + seconds_text(options_.timeout) +
                                " (--rollout-health-check-timeout)"};
-  } catch (const rollout::HttpError& error) {
+  } catch (const serving::HttpError& error) {
     // Refused: the process is gone and the runtime reports it in a moment.
     const Clock::time_point deadline = Clock::now() + options_.timeout;
     while (Clock::now() < deadline) {
@@ -204,7 +201,7 @@ std::string EngineSupervisor::serve_restarted(size_t e) {
     engine.wait_ready(remaining());
     // The first call waits for the constructor: the model loaded from --hf-checkpoint.
     const std::string url =
-        engine.call(&rollout::RolloutEngine::start_server, std::string(), 0, std::string())
+        engine.call(&serving::RolloutEngine::start_server, std::string(), 0, std::string())
             .get(remaining());
     info = engine.info();
     watched.url = url;
@@ -275,9 +272,9 @@ int EngineSupervisor::recover(int64_t version) {
                        << "); probing the engines again";
         synced = false;
       };
-      rollout::EngineStats stats;
+      engine::EngineStats stats;
       try {
-        stats = job_.engines[e].call(&rollout::RolloutEngine::stats).get(options_.timeout);
+        stats = job_.engines[e].call(&serving::RolloutEngine::stats).get(options_.timeout);
       } catch (const actors::ActorDiedError& error) {
         probe_again(error);
         continue;
@@ -303,10 +300,10 @@ int EngineSupervisor::recover(int64_t version) {
                     "with the version of the sync that failed");
       }
       try {
-        actors::get_all(job_.trainers.call_all(&TrainActor::update_engine_weights,
+        actors::get_all(job_.trainers.call_all(&trainer::TrainActor::update_engine_weights,
                                                static_cast<int64_t>(e), version));
       } catch (const actors::RemoteError& error) {
-        if (!weight_sync::is_weight_sync_error(error)) throw;
+        if (!trainer::is_weight_sync_error(error)) throw;
         OOZE_LOG(WARN) << "bringing " << describe(e) << " to weight version " << version
                        << " failed: " << error.what() << "; probing the engines again";
         synced = false;
@@ -324,7 +321,7 @@ int EngineSupervisor::recover(int64_t version) {
     }
     job_.router->check_health();  // engines a failure took out come back now, not next interval
     std::string out_of_rotation;
-    for (const rollout::EngineStatus& status : job_.router->engines()) {
+    for (const serving::EngineStatus& status : job_.router->engines()) {
       if (!status.alive) out_of_rotation += " " + status.url + " (" + status.last_error + ")";
     }
     if (!out_of_rotation.empty()) {

@@ -12,8 +12,6 @@
 #include "actors/runtime.h"
 #include "core/error.h"
 #include "launcher/cluster_command.h"
-#include "launcher/foundation_demo.h"
-#include "launcher/foundation_demo_config.h"
 #include "launcher/job_restarts.h"
 #include "launcher/model_init_command.h"
 #include "launcher/plot_command.h"
@@ -21,9 +19,9 @@
 #include "launcher/rollout_command.h"
 #include "launcher/router_command.h"
 #include "launcher/serve_command.h"
-#include "launcher/sft_demo.h"
 #include "launcher/tokenize_command.h"
 #include "launcher/train_command.h"
+#include "launcher/train_plan.h"
 
 namespace {
 
@@ -31,10 +29,6 @@ const char* kUsage =
     "usage: ooze COMMAND [ARGS]\n"
     "\n"
     "commands:\n"
-    "  demo [--config FILE] [--FIELD VALUE ...]\n"
-    "                 run the foundation demo (data-parallel training over real processes)\n"
-    "  sft-demo [--out DIR] [--world-size W] [--steps N] [--load DIR] [--help]\n"
-    "                 supervised fine-tuning of a generated model by W FSDP ranks (actors)\n"
     "  model init --arch qwen3|qwen2|llama --hidden-size N --layers N ... --out DIR\n"
     "                 write a randomly initialised model in Hugging Face layout\n"
     "  tokenize --tokenizer DIR [--chat-template [NAME]] [--decode]\n"
@@ -56,24 +50,17 @@ const char* kUsage =
     "  status [--address HEAD_IP:PORT]\n"
     "                 nodes, resources, actors and placement groups of the cluster\n"
     "  stop           stop the services `ooze start` started on this machine\n"
-    "  config-help [sft-demo|demo]\n"
+    "  config-help [train|serve|model-init]\n"
     "                 list the config fields of each command (or one), grouped by the module\n"
     "                 that reads them, with flag, type, default and doc\n"
     "  help           show this message\n";
 
-std::string self_executable() {
-  char path[4096];
-  ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) throw ooze::Error("cannot find the ooze executable through /proc/self/exe");
-  path[n] = '\0';
-  return path;
-}
-
 // Each command's fields, grouped by section: the module that declares and reads them.
 int config_help(const std::vector<std::string>& args) {
   const std::vector<std::pair<std::string, const ooze::ConfigSchema*>> commands = {
-      {"sft-demo", &ooze::launcher::sft_demo_schema()},
-      {"demo", &ooze::launcher::foundation_demo_schema()}};
+      {"train", &ooze::launcher::train_schema()},
+      {"serve", &ooze::launcher::serve_schema()},
+      {"model-init", &ooze::launcher::model_init_schema()}};
   bool found = false;
   for (const auto& [name, schema] : commands) {
     if (!args.empty() && args[0] != name) continue;
@@ -82,7 +69,8 @@ int config_help(const std::vector<std::string>& args) {
     found = true;
   }
   if (found) return 0;
-  std::cerr << "ooze config-help: no command '" << args[0] << "'; one of: sft-demo, demo\n";
+  std::cerr << "ooze config-help: no command '" << args[0]
+            << "'; one of: train, serve, model-init\n";
   return 2;
 }
 
@@ -141,13 +129,10 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (command == "train" || command == "sft-demo") stop_on_signals(command);
+  if (command == "train") stop_on_signals(command);
   try {
-    if (command == "demo") return ooze::launcher::run_foundation_demo(self_executable(), rest);
-    if (command == "demo-rank") return ooze::launcher::run_foundation_demo_rank(rest);
     if (command == "model") return ooze::launcher::run_model_command(rest);
     if (command == "tokenize") return ooze::launcher::run_tokenize_command(rest);
-    if (command == "sft-demo") return ooze::launcher::run_sft_demo(rest);
     if (command == "serve") return ooze::launcher::run_serve_command(rest);
     if (command == "router") return ooze::launcher::run_router_command(rest);
     if (command == "reward") return ooze::launcher::run_reward_command(rest, std::cin, std::cout);

@@ -8,7 +8,7 @@
 namespace ooze::launcher {
 namespace {
 
-const char* kUsage =
+const char* kModelInitUsage =
     "usage: ooze model init --arch qwen3|qwen2|llama --hidden-size N --layers N --heads N\n"
     "                       --kv-heads N [--head-dim N] [--intermediate-size N] [--vocab-size N]\n"
     "                       [--tie-embeddings] [--dtype float32|bfloat16] [--rope-theta X]\n"
@@ -16,7 +16,7 @@ const char* kUsage =
     "writes a randomly initialised model in Hugging Face layout (config.json, safetensors,\n"
     "generation_config.json, tokenizer files) to DIR\n";
 
-ConfigSchema build_schema() {
+ConfigSchema build_model_init_schema() {
   ConfigSchema schema;
   schema.section("model init");
   schema.add_enum("arch", {"qwen3", "qwen2", "llama"}, "qwen3", "Architecture (model_type).");
@@ -74,7 +74,7 @@ bool wants_help(const std::vector<std::string>& args) {
 }  // namespace
 
 const ConfigSchema& model_init_schema() {
-  static const ConfigSchema schema = build_schema();
+  static const ConfigSchema schema = build_model_init_schema();
   return schema;
 }
 
@@ -82,11 +82,11 @@ int run_model_command(const std::vector<std::string>& args) {
   if (args.empty() || (args[0] != "init" && !wants_help(args))) {
     std::cerr << (args.empty() ? "ooze model: missing subcommand\n"
                                : "ooze model: unknown subcommand '" + args[0] + "'\n")
-              << kUsage;
+              << kModelInitUsage;
     return 2;
   }
   if (wants_help(args)) {
-    std::cout << kUsage << "\n" << model_init_schema().help();
+    std::cout << kModelInitUsage << "\n" << model_init_schema().help();
     return 0;
   }
   const Config flags =

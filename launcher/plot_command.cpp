@@ -29,7 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char* const kUsage =
+const char* const kPlotUsage =
     "usage: ooze plot OUT [--out DIR] [--keys KEY,KEY,...]\n"
     "  draws each metric of OUT/metrics.jsonl against step into DIR/<key>.png (DIR: OUT/plots)\n"
     "  and lists them in DIR/index.html\n"
@@ -383,7 +383,7 @@ PlotReport plot_metrics(const PlotOptions& options) {
   }
   report.index_path = (plots_dir / "index.html").string();
   write_file_atomically(report.index_path,
-                  index_html(options.run_dir, report.plots, series, report.without_values));
+                        index_html(options.run_dir, report.plots, series, report.without_values));
   return report;
 }
 
@@ -392,30 +392,30 @@ int run_plot_command(const std::vector<std::string>& args, std::ostream& out) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
-      out << kUsage;
+      out << kPlotUsage;
       return 0;
     }
     if (arg == "--out" || arg == "--keys") {
-      if (i + 1 >= args.size()) throw ConfigError(arg + " needs a value\n" + kUsage);
+      if (i + 1 >= args.size()) throw ConfigError(arg + " needs a value\n" + kPlotUsage);
       const std::string& value = args[++i];
       if (arg == "--out") {
         options.plots_dir = value;
       } else {
         options.keys = split_commas(value);
         if (options.keys.empty())
-          throw ConfigError("--keys needs at least one name\n" + std::string(kUsage));
+          throw ConfigError("--keys needs at least one name\n" + std::string(kPlotUsage));
       }
     } else if (!arg.empty() && arg[0] == '-') {
-      throw ConfigError("unknown flag '" + arg + "'\n" + kUsage);
+      throw ConfigError("unknown flag '" + arg + "'\n" + kPlotUsage);
     } else if (options.run_dir.empty()) {
       options.run_dir = arg;
     } else {
       throw ConfigError("one run directory only, got '" + options.run_dir + "' and '" + arg +
-                        "'\n" + kUsage);
+                        "'\n" + kPlotUsage);
     }
   }
   if (options.run_dir.empty())
-    throw ConfigError("which run? pass its output directory\n" + std::string(kUsage));
+    throw ConfigError("which run? pass its output directory\n" + std::string(kPlotUsage));
   const PlotReport report = plot_metrics(options);
   for (const WrittenPlot& plot : report.plots) {
     out << plot.png_path << "  (" << plot.key << ", " << plot.points << " points)\n";

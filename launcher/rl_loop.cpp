@@ -9,27 +9,24 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/timer.h"
 #include "fsdp/checkpoint.h"
 #include "launcher/async_rollouts.h"
 #include "launcher/debug_rollout_data.h"
 #include "launcher/engine_supervisor.h"
-#include "launcher/trainer_group.h"
 #include "rollout/rollout_metrics.h"
 #include "rollout/sft_rollout.h"
-#include "weight_sync/weight_syncer.h"
+#include "trainer/trainer_group.h"
+#include "trainer/weight_syncer.h"
 
 namespace ooze::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // Mean |old - rollout| log-prob over the counted response tokens: how far the trainer's
 // recomputation is from the engines' (Slime's train/train_rollout_logprob_abs_diff).
-double logprob_abs_diff(const TrainingBatch& batch) {
+double logprob_abs_diff(const RolloutBatch& batch) {
   const std::vector<at::Tensor> old = batch.get("old_log_probs");
   const std::vector<at::Tensor> rollout = batch.get("rollout_log_probs");
   double sum = 0, count = 0;
@@ -55,7 +52,7 @@ double oldest_weight_version(const rollout::RolloutResult& result) {
   return static_cast<double>(oldest);
 }
 
-int64_t token_count(const TrainingBatch& batch) {
+int64_t token_count(const RolloutBatch& batch) {
   int64_t tokens = 0;
   for (const fsdp::PackingSample& sample : batch.samples) tokens += sample.tokens.numel();
   return tokens;
@@ -87,7 +84,7 @@ nlohmann::json read_rollout_state(const std::string& dir, int64_t iteration) {
 
 RlLoop::RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData& data,
                std::optional<rollout::RewardModel>& rewards, RlProcesses& job,
-               const TrainerOptions& trainer, std::ostream& out)
+               const trainer::TrainerOptions& trainer, std::ostream& out)
     : config_(config),
       plan_(plan),
       data_(data),
@@ -122,7 +119,7 @@ bool RlLoop::evaluating() const {
   return manager_ && !data_.eval_datasets.empty() && data_.eval_options.eval_interval > 0;
 }
 
-void RlLoop::on_every_engine(void (rollout::RolloutEngine::*method)()) {
+void RlLoop::on_every_engine(void (serving::RolloutEngine::*method)()) {
   std::vector<actors::Future<void>> calls;
   for (const auto& engine : job_.engines) calls.push_back(engine.call(method));
   actors::get_all(std::move(calls));
@@ -130,7 +127,7 @@ void RlLoop::on_every_engine(void (rollout::RolloutEngine::*method)()) {
 
 void RlLoop::run() {
   const int64_t first_rollout = resume();
-  if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::sleep));
+  if (takes_turns()) actors::get_all(job_.trainers.call_all(&trainer::TrainActor::sleep));
   // With --async, generation runs on a thread of its own, ahead of training by at most
   // --max-staleness rollouts.
   std::optional<AsyncRollouts> rollouts;
@@ -160,8 +157,8 @@ void RlLoop::run() {
   }
   const std::string save_hf = config_.get<std::string>("save_hf");
   if (!save_hf.empty() && plan_.with_trainers) {
-    if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::wake_up));
-    actors::get_all(job_.trainers.call_all(&TrainActor::save_hf, save_hf));
+    if (takes_turns()) actors::get_all(job_.trainers.call_all(&trainer::TrainActor::wake_up));
+    actors::get_all(job_.trainers.call_all(&trainer::TrainActor::save_hf, save_hf));
     out_ << "final policy written to " << save_hf << std::endl;
   }
 }
@@ -171,13 +168,14 @@ void RlLoop::run() {
 int64_t RlLoop::resume() {
   const std::string load_dir = config_.get<std::string>("load");
   if (load_dir.empty() || !plan_.with_trainers) return 0;
-  const TrainProgress progress =
-      actors::get_all(job_.trainers.call_all(&TrainActor::load, load_dir)).front();
+  const fsdp::TrainingProgress progress =
+      actors::get_all(job_.trainers.call_all(&trainer::TrainActor::load, load_dir)).front();
   const nlohmann::json state = read_rollout_state(load_dir, progress.iteration);
   const int64_t first_rollout = state["next_rollout_id"].get<int64_t>();
   optimizer_steps_ = state["optimizer_steps"].get<int64_t>();
   if (plan_.with_critic) {
-    actors::get_all(job_.critics.call_all(&TrainActor::load_iteration, critic_dir(load_dir),
+    actors::get_all(job_.critics.call_all(&trainer::TrainActor::load_iteration,
+                                          critic_dir(load_dir),
                                           state["critic_iteration"].get<int64_t>()));
   }
   if (manager_ && !state["rollout_manager"].is_null()) manager_->restore(state["rollout_manager"]);
@@ -185,7 +183,7 @@ int64_t RlLoop::resume() {
     source_->restore(state["prompt_source"], rollout_state_path(load_dir, progress.iteration));
   }
   if (plan_.with_engines()) {
-    actors::get_all(job_.trainers.call_all(&TrainActor::update_weights, first_rollout,
+    actors::get_all(job_.trainers.call_all(&trainer::TrainActor::update_weights, first_rollout,
                                            /*abort_in_flight=*/true));
   }
   out_ << "resumed from " << load_dir << " at iteration " << progress.iteration << ", rollout "
@@ -239,23 +237,23 @@ void RlLoop::learn(int64_t rollout_id, GeneratedRollout generated, double train_
     line["perf/train_wait_time"] = train_wait;
     if (takes_turns()) {
       start = Clock::now();
-      on_every_engine(&rollout::RolloutEngine::release_memory);
-      actors::get_all(job_.trainers.call_all(&TrainActor::wake_up));
+      on_every_engine(&serving::RolloutEngine::release_memory);
+      actors::get_all(job_.trainers.call_all(&trainer::TrainActor::wake_up));
       line["perf/wake_up_time"] = seconds_since(start);
     }
-    TrainingBatch batch = training_batch(result.groups, config_.get<std::string>("reward_key"));
+    RolloutBatch batch = rollout_batch(result.groups, config_.get<std::string>("reward_key"));
     score(batch, line);
     train(rollout_id, batch, line);
     if (plan_.with_engines()) {
       // Both resident for the sync; then the trainer leaves the GPU to the engines.
       start = Clock::now();
-      if (takes_turns()) on_every_engine(&rollout::RolloutEngine::resume_memory);
+      if (takes_turns()) on_every_engine(&serving::RolloutEngine::resume_memory);
       double sleep_time = seconds_since(start);
       sync(rollout_id + 1, line);
       if (async_) async_->weights_synced(rollout_id + 1);
       if (takes_turns()) {
         start = Clock::now();
-        actors::get_all(job_.trainers.call_all(&TrainActor::sleep));
+        actors::get_all(job_.trainers.call_all(&trainer::TrainActor::sleep));
         line["perf/sleep_time"] = sleep_time + seconds_since(start);
       }
     }
@@ -297,25 +295,26 @@ rollout::RolloutResult RlLoop::generate(int64_t rollout_id) {
   return result;
 }
 
-void RlLoop::score(TrainingBatch& batch, MetricLine& line) {
-  if (trainer_.loss_type == fsdp::LossType::kSftLoss) return;  // nothing to compare against
-  const TrainBatch everything{batch.samples};
+void RlLoop::score(RolloutBatch& batch, MetricLine& line) {
+  if (trainer_.loss_type == trainer::LossType::kSftLoss) return;  // nothing to compare against
+  const trainer::TrainBatch everything{batch.samples};
   Clock::time_point start = Clock::now();
-  batch.set("old_log_probs",
-            plan_.use_rollout_logprobs
-                ? batch.get("rollout_log_probs")
-                : log_probs(job_.trainers, everything, trainer_.packing, trainer_.temperature));
+  batch.set("old_log_probs", plan_.use_rollout_logprobs
+                                 ? batch.get("rollout_log_probs")
+                                 : trainer::log_probs(job_.trainers, everything, trainer_.packing,
+                                                      trainer_.temperature));
   line["perf/log_probs_time"] = seconds_since(start);
   line["train/train_rollout_logprob_abs_diff"] = logprob_abs_diff(batch);
   if (plan_.needs_reference) {
     start = Clock::now();
-    batch.set("ref_log_probs", log_probs(job_.trainers, everything, trainer_.packing,
-                                         trainer_.temperature, Scorer::kReference));
+    batch.set("ref_log_probs",
+              trainer::log_probs(job_.trainers, everything, trainer_.packing, trainer_.temperature,
+                                 trainer::Scorer::kReference));
     line["perf/ref_log_probs_time"] = seconds_since(start);
   }
   if (plan_.with_critic) {
     start = Clock::now();
-    batch.set("values", values(job_.critics, everything, trainer_.packing));
+    batch.set("values", trainer::values(job_.critics, everything, trainer_.packing));
     line["perf/values_time"] = seconds_since(start);
   }
   compute_advantages(batch, algorithm_.advantage, algorithm_.policy_loss.kl_loss_type);
@@ -324,15 +323,17 @@ void RlLoop::score(TrainingBatch& batch, MetricLine& line) {
 // Each optimizer step logs a line of its own, "train/step" counting the policy's steps over the
 // run. With ppo the critic takes the same step at the same time (its keys critic/*); the first
 // --num-critic-only-steps rollouts train the critic alone.
-void RlLoop::train(int64_t rollout_id, const TrainingBatch& batch, MetricLine& line) {
+void RlLoop::train(int64_t rollout_id, const RolloutBatch& batch, MetricLine& line) {
   const Clock::time_point start = Clock::now();
   const bool policy_trains = rollout_id >= config_.get<int64_t>("num_critic_only_steps");
-  for (const TrainBatch& step : batch.global_batches(plan_.global_batch_size)) {
-    std::optional<PendingTrainStep> critic_step;
-    if (plan_.with_critic) critic_step = start_train_step(job_.critics, step, trainer_.packing);
+  for (const trainer::TrainBatch& step : batch.global_batches(plan_.global_batch_size)) {
+    std::optional<trainer::PendingTrainStep> critic_step;
+    if (plan_.with_critic)
+      critic_step = trainer::start_train_step(job_.critics, step, trainer_.packing);
     MetricLine step_line;
     if (policy_trains) {
-      const TrainStepResult trained = train_step(job_.trainers, step, trainer_.packing);
+      const trainer::TrainStepResult trained =
+          trainer::train_step(job_.trainers, step, trainer_.packing);
       for (const auto& [key, value] : trained.metrics) step_line["train/" + key] = value;
       step_line["train/grad_norm"] = trained.grad_norm;
       step_line["train/lr"] = trained.lr;
@@ -340,7 +341,7 @@ void RlLoop::train(int64_t rollout_id, const TrainingBatch& batch, MetricLine& l
     }
     step_line["train/step"] = static_cast<double>(optimizer_steps_);
     if (critic_step) {
-      const TrainStepResult critic = critic_step->wait();
+      const trainer::TrainStepResult critic = critic_step->wait();
       for (const auto& [key, value] : critic.metrics) step_line["critic/" + key] = value;
       step_line["critic/grad_norm"] = critic.grad_norm;
       step_line["critic/lr"] = critic.lr;
@@ -355,14 +356,14 @@ void RlLoop::train(int64_t rollout_id, const TrainingBatch& batch, MetricLine& l
 void RlLoop::sync(int64_t version, MetricLine& line) {
   const Clock::time_point start = Clock::now();
   // With --async the next rollout is generating: its requests continue with the new weights.
-  std::vector<weight_sync::WeightSyncReport> synced;
+  std::vector<trainer::WeightSyncReport> synced;
   try {
-    synced = actors::get_all(job_.trainers.call_all(&TrainActor::update_weights, version,
+    synced = actors::get_all(job_.trainers.call_all(&trainer::TrainActor::update_weights, version,
                                                     /*abort_in_flight=*/!async_));
   } catch (const actors::RemoteError& error) {
     // An engine died or hung mid-sync: with --use-fault-tolerance it is restarted and every
     // engine the sync missed is brought to the version.
-    if (!supervisor_ || !weight_sync::is_weight_sync_error(error)) throw;
+    if (!supervisor_ || !trainer::is_weight_sync_error(error)) throw;
     OOZE_LOG(WARN) << "weight sync to version " << version << " failed (" << error.what()
                    << "); recovering the engines";
     engines_restarted_ += supervisor_->recover(version);
@@ -403,15 +404,15 @@ void RlLoop::save(int64_t next_rollout_id) {
   std::filesystem::create_directories(save_dir);
   if (plan_.with_critic) {
     state["critic_iteration"] =
-        actors::get_all(job_.critics.call_all(&TrainActor::save, critic_dir(save_dir)))
+        actors::get_all(job_.critics.call_all(&trainer::TrainActor::save, critic_dir(save_dir)))
             .front()
             .iteration;
   }
   write_file_atomically(rollout_state_path(save_dir, optimizer_steps_), state.dump(2) + "\n");
   if (fsdp::latest_checkpoint_iteration(save_dir) == optimizer_steps_) return;
-  if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::wake_up));
-  actors::get_all(job_.trainers.call_all(&TrainActor::save, save_dir));
-  if (takes_turns()) actors::get_all(job_.trainers.call_all(&TrainActor::sleep));
+  if (takes_turns()) actors::get_all(job_.trainers.call_all(&trainer::TrainActor::wake_up));
+  actors::get_all(job_.trainers.call_all(&trainer::TrainActor::save, save_dir));
+  if (takes_turns()) actors::get_all(job_.trainers.call_all(&trainer::TrainActor::sleep));
 }
 
 }  // namespace ooze::launcher

@@ -3,7 +3,7 @@
 //   1. generate   the rollout manager over the engines (or the sft rollout, or saved samples);
 //   2. score      old log-probs recomputed by the trainer (the engines' with
 //                 --use-rollout-logprobs), reference log-probs when a KL needs them;
-//   3. advantages over the whole rollout (launcher/training_batch.h);
+//   3. advantages over the whole rollout (launcher/rollout_batch.h);
 //   4. train      --global-batch-size samples per optimizer step, dealt over the trainer ranks;
 //   5. sync       the new weights to every engine as version rollout_id + 1;
 //   6. report     a line of Slime's metrics (launcher/run_log.h);
@@ -36,13 +36,13 @@
 #include "launcher/async_rollouts.h"
 #include "launcher/experiment_data.h"
 #include "launcher/rl_placement.h"
+#include "launcher/rollout_batch.h"
 #include "launcher/run_log.h"
 #include "launcher/train_plan.h"
-#include "launcher/trainer_options.h"
-#include "launcher/training_batch.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
 #include "rollout/rollout_manager.h"
+#include "trainer/trainer_options.h"
 
 namespace ooze::launcher {
 
@@ -52,7 +52,7 @@ class RlLoop {
  public:
   RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData& data,
          std::optional<rollout::RewardModel>& rewards, RlProcesses& job,
-         const TrainerOptions& trainer, std::ostream& out);
+         const trainer::TrainerOptions& trainer, std::ostream& out);
   ~RlLoop();
 
   // --load, the rollouts from there to --num-rollout, the last evaluation, --save-hf.
@@ -64,22 +64,22 @@ class RlLoop {
   void learn(int64_t rollout_id, GeneratedRollout generated, double train_wait,
              std::chrono::steady_clock::time_point step_start);
   rollout::RolloutResult generate(int64_t rollout_id);
-  void score(TrainingBatch& batch, MetricLine& line);
-  void train(int64_t rollout_id, const TrainingBatch& batch, MetricLine& line);
+  void score(RolloutBatch& batch, MetricLine& line);
+  void train(int64_t rollout_id, const RolloutBatch& batch, MetricLine& line);
   void sync(int64_t version, MetricLine& line);
   MetricLine evaluate();
   nlohmann::json generation_state() const;
   void save(int64_t next_rollout_id);
   bool evaluating() const;   // eval datasets and an --eval-interval were given
   bool takes_turns() const;  // colocated engines and trainer offload in turns (--offload)
-  void on_every_engine(void (rollout::RolloutEngine::*method)());
+  void on_every_engine(void (serving::RolloutEngine::*method)());
 
   const Config& config_;
   const TrainPlan& plan_;
   const ExperimentData& data_;
   std::optional<rollout::RewardModel>& rewards_;
   RlProcesses& job_;
-  const TrainerOptions& trainer_;
+  const trainer::TrainerOptions& trainer_;
   const algorithms::AlgorithmOptions algorithm_;
   std::ostream& out_;
   RunLog log_;

@@ -15,7 +15,7 @@
 #include "core/logging.h"
 #include "launcher/cluster_command.h"
 #include "rollout/rollout_options.h"
-#include "weight_sync/weight_sync_options.h"
+#include "trainer/weight_sync_options.h"
 
 namespace ooze::launcher {
 namespace {
@@ -150,11 +150,12 @@ void log_placement(const TrainPlan& plan, const actors::PlacementGroup& group) {
 
 }  // namespace
 
-TrainInit policy_init(const Config& config, const TrainPlan& plan) {
-  TrainInit init;
+trainer::TrainInit policy_init(const Config& config, const TrainPlan& plan) {
+  trainer::TrainInit init;
   init.model_dir = config.get<std::string>("hf_checkpoint");
   init.group_name = "train-" + actors::random_id(4);
-  init.options = trainer_options_from_config(config, plan.num_rollout * plan.steps_per_rollout);
+  init.options =
+      trainer::trainer_options_from_config(config, plan.num_rollout * plan.steps_per_rollout);
   init.options.policy_loss = algorithms::AlgorithmOptions::from_config(config).policy_loss;
   // The policy's log-probs are those of the distribution the rollouts sampled (greedy: T = 1).
   const double temperature = rollout::RolloutOptions::from_config(config).sampling.temperature;
@@ -164,30 +165,30 @@ TrainInit policy_init(const Config& config, const TrainPlan& plan) {
   return init;
 }
 
-TrainInit critic_init(const Config& config, const TrainInit& actor) {
-  TrainInit critic = actor;
-  critic.role = TrainerRole::kCritic;
+trainer::TrainInit critic_init(const Config& config, const trainer::TrainInit& actor) {
+  trainer::TrainInit critic = actor;
+  critic.role = trainer::TrainerRole::kCritic;
   critic.group_name = actor.group_name + "-critic";
   const std::string critic_load = config.get<std::string>("critic_load");
   if (!critic_load.empty()) critic.model_dir = critic_load;
   critic.reference_model = false;
-  critic.options.loss_type = fsdp::LossType::kValueLoss;
+  critic.options.loss_type = trainer::LossType::kValueLoss;
   critic.options.value_loss = algorithms::ValueLossOptions::from_config(config);
   const double critic_lr = config.get<double>("critic_lr");
   if (critic_lr > 0) critic.options.lr = critic_lr;
   return critic;
 }
 
-actors::ActorHandle<rollout::RolloutEngine> spawn_engine(const Config& config,
+actors::ActorHandle<serving::RolloutEngine> spawn_engine(const Config& config,
                                                          const TrainPlan& plan,
                                                          const RlProcesses& job, int e) {
-  rollout::EngineOptions engine;
+  engine::EngineOptions engine;
   engine.model_dir = config.get<std::string>("hf_checkpoint");
   engine.max_running_requests = config.get<int64_t>("engine_max_running_requests");
   engine.kv_cache_memory_mb = config.get<int64_t>("engine_kv_cache_memory_mb");
   engine.intra_op_threads = static_cast<int>(config.get<int64_t>("engine_threads"));
   actors::ActorOptions options =
-      rollout::rollout_engine_actor_options({{job.on_gpus ? "GPU" : "CPU", share_of_bundle(plan)}});
+      serving::rollout_engine_actor_options({{job.on_gpus ? "GPU" : "CPU", share_of_bundle(plan)}});
   options.placement_group_id = job.placement->id();
   options.bundle_index = job.placement->bundles().at(plan.first_engine_bundle() + e).index;
   // With --use-fault-tolerance the runtime starts a dead engine again in its bundle (the engine
@@ -195,16 +196,17 @@ actors::ActorHandle<rollout::RolloutEngine> spawn_engine(const Config& config,
   if (plan.fault_tolerance) {
     options.max_restarts = static_cast<int>(config.get<int64_t>("max_engine_restarts"));
   }
-  return actors::spawn<rollout::RolloutEngine>(options, engine);
+  return actors::spawn<serving::RolloutEngine>(options, engine);
 }
 
-std::string serve_engine(const actors::ActorHandle<rollout::RolloutEngine>& engine) {
+std::string serve_engine(const actors::ActorHandle<serving::RolloutEngine>& engine) {
   // The first call waits for the engine to load its model.
-  return engine.call(&rollout::RolloutEngine::start_server, std::string(), 0, std::string())
+  return engine.call(&serving::RolloutEngine::start_server, std::string(), 0, std::string())
       .get(std::chrono::minutes(10));
 }
 
-RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, const TrainInit& init) {
+RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan,
+                               const trainer::TrainInit& init) {
   start_runtime(config, plan);
   const std::string resource = slot_resource();
   RlProcesses job;
@@ -223,37 +225,38 @@ RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, cons
     group.actor.resources = {{resource, share_of_bundle(plan)}};
     group.placement_group = &*job.placement;  // ranks take the first world_size bundles
     group.group_name = init.group_name;
-    job.trainers = TrainerGroup::spawn(plan.world_size, group);
-    actors::get_all(job.trainers.call_all(&TrainActor::init, init));
+    job.trainers = trainer::TrainerGroup::spawn(plan.world_size, group);
+    actors::get_all(job.trainers.call_all(&trainer::TrainActor::init, init));
   }
   if (plan.with_critic) {
     actors::ActorGroupOptions group;
     group.actor.resources = {{resource, 1.0}};
     group.actor.label = "CriticActor";
     group.placement_group = &*job.critic_placement;
-    const TrainInit critic = critic_init(config, init);
+    const trainer::TrainInit critic = critic_init(config, init);
     group.group_name = critic.group_name;
-    job.critics = TrainerGroup::spawn(plan.critic_world_size, group);
-    actors::get_all(job.critics.call_all(&TrainActor::init, critic));
+    job.critics = trainer::TrainerGroup::spawn(plan.critic_world_size, group);
+    actors::get_all(job.critics.call_all(&trainer::TrainActor::init, critic));
   }
   if (plan.with_engines()) {
     // Every engine loads its model at once; then their servers start.
     for (int e = 0; e < plan.num_engines; ++e) {
       job.engines.push_back(spawn_engine(config, plan, job, e));
     }
-    rollout::RouterOptions router;
+    serving::RouterOptions router;
     for (const auto& engine : job.engines) router.engine_urls.push_back(serve_engine(engine));
     std::string urls;
     for (const std::string& url : router.engine_urls) urls += " " + url;
     OOZE_LOG(INFO) << "engines serving at" << urls;
-    job.router = std::make_unique<rollout::Router>(router);
+    job.router = std::make_unique<serving::Router>(router);
   }
   if (plan.with_trainers && plan.with_engines()) {
-    RolloutEngineConnection connection;
+    trainer::RolloutEngineConnection connection;
     connection.engines = job.engines;
     connection.colocate = plan.colocate;
-    connection.options = weight_sync::WeightSyncOptions::from_config(config);
-    actors::get_all(job.trainers.call_all(&TrainActor::connect_rollout_engines, connection));
+    connection.options = trainer::WeightSyncOptions::from_config(config);
+    actors::get_all(
+        job.trainers.call_all(&trainer::TrainActor::connect_rollout_engines, connection));
   }
   return job;
 }

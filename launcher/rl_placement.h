@@ -24,21 +24,21 @@
 #include "actors/placement_group.h"
 #include "core/config.h"
 #include "launcher/train_plan.h"
-#include "launcher/trainer_group.h"
-#include "rollout/rollout_engine_actor.h"
-#include "rollout/router.h"
+#include "serving/rollout_engine_actor.h"
+#include "serving/router.h"
+#include "trainer/trainer_group.h"
 
 namespace ooze::launcher {
 
 struct RlProcesses {
   std::optional<actors::PlacementGroup> placement;
-  bool on_gpus = false;   // the bundles are GPUs (else CPU process slots)
-  TrainerGroup trainers;  // empty with --debug-rollout-only
+  bool on_gpus = false;            // the bundles are GPUs (else CPU process slots)
+  trainer::TrainerGroup trainers;  // empty with --debug-rollout-only
   // ppo's critic: ranks of their own, in a placement group of their own.
   std::optional<actors::PlacementGroup> critic_placement;
-  TrainerGroup critics;
-  std::vector<actors::ActorHandle<rollout::RolloutEngine>> engines;  // empty without engines
-  std::unique_ptr<rollout::Router> router;  // over the engines' HTTP servers
+  trainer::TrainerGroup critics;
+  std::vector<actors::ActorHandle<serving::RolloutEngine>> engines;  // empty without engines
+  std::unique_ptr<serving::Router> router;  // over the engines' HTTP servers
 };
 
 // Starts the actor runtime, reserves the bundles (ConfigError naming the placement flags, before
@@ -46,23 +46,24 @@ struct RlProcesses {
 // keep them busy), then starts the trainer ranks (init'ed with `init`), the critic's ranks with
 // ppo (critic_init), the engines with their HTTP servers, the router, and connects the trainers
 // to the engines.
-RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan, const TrainInit& init);
+RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan,
+                               const trainer::TrainInit& init);
 
 // The policy's ranks as `ooze train` inits them: the trainer options of the flags (the schedule
 // over the run's optimizer steps), the policy loss, log-probs at the rollouts' temperature, the
 // model of --hf-checkpoint, and the reference model when a KL needs it.
-TrainInit policy_init(const Config& config, const TrainPlan& plan);
+trainer::TrainInit policy_init(const Config& config, const TrainPlan& plan);
 
 // The critic of `actor` (the policy's init): the same trainer options, with a value head from
 // --critic-load (else the policy's model and a value head at 0), the value loss and --critic-lr.
-TrainInit critic_init(const Config& config, const TrainInit& actor);
+trainer::TrainInit critic_init(const Config& config, const trainer::TrainInit& actor);
 
 // Engine e of the job as start_rl_processes starts it (and a restart after a fault starts it
 // again): a RolloutEngine actor in its bundle, loading the initial model (--hf-checkpoint) ...
-actors::ActorHandle<rollout::RolloutEngine> spawn_engine(const Config& config,
+actors::ActorHandle<serving::RolloutEngine> spawn_engine(const Config& config,
                                                          const TrainPlan& plan,
                                                          const RlProcesses& job, int e);
 // ... and its HTTP server, once the model is loaded: returns its "http://NODE_ADDRESS:PORT".
-std::string serve_engine(const actors::ActorHandle<rollout::RolloutEngine>& engine);
+std::string serve_engine(const actors::ActorHandle<serving::RolloutEngine>& engine);
 
 }  // namespace ooze::launcher

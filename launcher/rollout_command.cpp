@@ -8,16 +8,16 @@
 #include "core/logging.h"
 #include "launcher/debug_rollout_data.h"
 #include "launcher/experiment_data.h"
-#include "rollout/local_engines.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
 #include "rollout/rollout_manager.h"
-#include "rollout/router.h"
+#include "serving/local_engines.h"
+#include "serving/router.h"
 
 namespace ooze::launcher {
 namespace {
 
-ConfigSchema build_schema() {
+ConfigSchema build_rollout_schema() {
   ConfigSchema schema;
   schema.section("model");
   schema.add_string("hf_checkpoint", "", "Hugging Face model directory (tokenizer; local engines).")
@@ -44,7 +44,7 @@ ConfigSchema build_schema() {
 }  // namespace
 
 int run_rollout_command(const std::vector<std::string>& args, std::ostream& out) {
-  static const ConfigSchema schema = build_schema();
+  static const ConfigSchema schema = build_rollout_schema();
   const std::optional<Config> config = load_config_from_command_line(schema, args);
   if (!config) {
     out << "usage: ooze rollout --hf-checkpoint DIR --prompt-data FILE --rm-type TYPE [flags]\n\n"
@@ -61,23 +61,23 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
   const std::string save_pattern = config->get<std::string>("save_debug_rollout_data");
 
   // Running engines (ooze serve) when given, else local ones behind servers on loopback.
-  std::unique_ptr<rollout::LocalEngines> local;
-  std::unique_ptr<rollout::Router> remote;
+  std::unique_ptr<serving::LocalEngines> local;
+  std::unique_ptr<serving::Router> remote;
   const auto engine_urls = config->get<std::vector<std::string>>("engine_urls");
   if (engine_urls.empty()) {
-    rollout::EngineOptions engine;
+    engine::EngineOptions engine;
     engine.model_dir = model_dir;
     engine.max_running_requests = config->get<int64_t>("engine_max_running_requests");
     engine.kv_cache_memory_mb = config->get<int64_t>("engine_kv_cache_memory_mb");
     engine.intra_op_threads = static_cast<int>(config->get<int64_t>("engine_threads"));
-    local = std::make_unique<rollout::LocalEngines>(
+    local = std::make_unique<serving::LocalEngines>(
         engine, static_cast<int>(config->get<int64_t>("rollout_num_engines")));
   } else {
-    rollout::RouterOptions router_options;
+    serving::RouterOptions router_options;
     router_options.engine_urls = engine_urls;
-    remote = std::make_unique<rollout::Router>(router_options);
+    remote = std::make_unique<serving::Router>(router_options);
   }
-  rollout::Router& router = local ? local->router() : *remote;
+  serving::Router& router = local ? local->router() : *remote;
   rollout::PromptSource source(data.prompts, rollout::PromptSourceOptions::from_config(*config));
   rollout::RolloutManager manager(rollout_options, source, router, data.tokenizer, rewards);
 

@@ -5,13 +5,13 @@
 #include <iostream>
 
 #include "core/error.h"
-#include "rollout/router_server.h"
+#include "serving/router_server.h"
 
 namespace ooze::launcher {
 
 namespace {
 
-const char* kUsage =
+const char* kRouterUsage =
     "usage: ooze router --engine URL [--engine URL ...] [--host 127.0.0.1] [--port 30001]\n"
     "                   [--api-key KEY] [--engine-api-key KEY] [--health-check-interval-s 10]\n"
     "                   [--request-timeout-s 1800] [--retry-on-engine-failure]\n"
@@ -34,14 +34,14 @@ double parse_seconds(const std::string& flag, const std::string& text) {
                     "'");
 }
 
-rollout::RouterServerOptions parse_options(const std::vector<std::string>& args) {
-  rollout::RouterServerOptions options;
+serving::RouterServerOptions parse_router_options(const std::vector<std::string>& args) {
+  serving::RouterServerOptions options;
   options.server.port = 30001;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
     auto value = [&]() -> const std::string& {
       if (i + 1 >= args.size()) {
-        throw ConfigError("ooze router: " + flag + " needs a value\n" + kUsage);
+        throw ConfigError("ooze router: " + flag + " needs a value\n" + kRouterUsage);
       }
       return args[++i];
     };
@@ -73,11 +73,11 @@ rollout::RouterServerOptions parse_options(const std::vector<std::string>& args)
     } else if (flag == "--retry-on-engine-failure") {
       options.retry_on_engine_failure = true;
     } else {
-      throw ConfigError("ooze router: unknown argument '" + flag + "'\n" + kUsage);
+      throw ConfigError("ooze router: unknown argument '" + flag + "'\n" + kRouterUsage);
     }
   }
   if (options.router.engine_urls.empty()) {
-    throw ConfigError("ooze router: give at least one --engine URL\n" + std::string(kUsage));
+    throw ConfigError("ooze router: give at least one --engine URL\n" + std::string(kRouterUsage));
   }
   return options;
 }
@@ -87,11 +87,11 @@ rollout::RouterServerOptions parse_options(const std::vector<std::string>& args)
 int run_router_command(const std::vector<std::string>& args) {
   for (const std::string& arg : args) {
     if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
+      std::cout << kRouterUsage;
       return 0;
     }
   }
-  const rollout::RouterServerOptions options = parse_options(args);
+  const serving::RouterServerOptions options = parse_router_options(args);
 
   // Block the stop signals before any thread starts, so every thread inherits the mask and
   // sigwait below receives them.
@@ -101,9 +101,9 @@ int run_router_command(const std::vector<std::string>& args) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  rollout::RouterServer server(options);
+  serving::RouterServer server(options);
   std::cout << "ooze router listening on " << server.url() << "\n";
-  for (const rollout::EngineStatus& engine : server.router().engines()) {
+  for (const serving::EngineStatus& engine : server.router().engines()) {
     std::cout << "  engine " << engine.url
               << (engine.alive ? " (alive)" : " (not answering yet: " + engine.last_error + ")")
               << "\n";

@@ -1,6 +1,6 @@
 // `ooze router`: one address in front of several engine servers (`ooze serve`), balancing
 // requests over them, keeping a prompt's requests on one engine, and taking engines that fail
-// out of the rotation until their /health answers again (rollout/router_server.h).
+// out of the rotation until their /health answers again (serving/router_server.h).
 //
 //   ooze router --engine http://127.0.0.1:30000 --engine http://127.0.0.1:30002
 //               [--host 127.0.0.1] [--port 30001] [--api-key KEY] [--engine-api-key KEY]

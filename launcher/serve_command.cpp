@@ -7,13 +7,13 @@
 #include <thread>
 
 #include "core/error.h"
-#include "rollout/engine.h"
-#include "rollout/engine_server.h"
+#include "engine/engine.h"
+#include "serving/engine_server.h"
 
 namespace ooze::launcher {
 namespace {
 
-const char* kUsage =
+const char* kServeUsage =
     "usage: ooze serve --model DIR [--host 127.0.0.1] [--port 30000] [--api-key KEY]\n"
     "                  [--max-running-requests N] [--kv-cache-blocks N] [--kv-cache-memory-mb MB]\n"
     "                  [--block-size N] [--chunked-prefill-size N] [--disable-prefix-caching]\n"
@@ -23,7 +23,7 @@ const char* kUsage =
     "serves the model over HTTP: /generate (SGLang), /v1/completions, /v1/chat/completions,\n"
     "/v1/models (OpenAI), /health and the engine's controls; see docs/serving.md\n";
 
-ConfigSchema build_schema() {
+ConfigSchema build_serve_schema() {
   ConfigSchema schema;
   schema.section("serve");
   schema.add_string("model", "", "Hugging Face model directory (config, weights, tokenizer).")
@@ -60,17 +60,17 @@ ConfigSchema build_schema() {
 }  // namespace
 
 const ConfigSchema& serve_schema() {
-  static const ConfigSchema schema = build_schema();
+  static const ConfigSchema schema = build_serve_schema();
   return schema;
 }
 
 int run_serve_command(const std::vector<std::string>& args) {
   const std::optional<Config> config = load_config_from_command_line(serve_schema(), args);
   if (!config) {
-    std::cout << kUsage << "\n" << serve_schema().help();
+    std::cout << kServeUsage << "\n" << serve_schema().help();
     return 0;
   }
-  rollout::EngineOptions engine_options;
+  engine::EngineOptions engine_options;
   engine_options.model_dir = config->get<std::string>("model");
   engine_options.served_model_name = config->get<std::string>("served_model_name");
   engine_options.dtype = config->get<std::string>("dtype");
@@ -84,7 +84,7 @@ int run_serve_command(const std::vector<std::string>& args) {
   engine_options.intra_op_threads = static_cast<int>(config->get<int64_t>("threads"));
   engine_options.seed = config->get<int64_t>("seed");
 
-  rollout::ServerOptions server_options;
+  serving::ServerOptions server_options;
   server_options.host = config->get<std::string>("host");
   server_options.port = static_cast<uint16_t>(config->get<int64_t>("port"));
   server_options.api_key = config->get<std::string>("api_key");
@@ -101,9 +101,9 @@ int run_serve_command(const std::vector<std::string>& args) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  rollout::Engine engine(engine_options);
-  rollout::EngineServer server(engine, server_options);
-  const rollout::EngineInfo& info = engine.info();
+  engine::Engine engine(engine_options);
+  serving::EngineServer server(engine, server_options);
+  const engine::EngineInfo& info = engine.info();
   std::cout << "ooze serve: " << info.served_model_name << " (" << info.dtype << ", " << info.device
             << ", " << info.num_blocks << " KV blocks of " << info.block_size << " tokens, context "
             << info.context_length << ")\n"

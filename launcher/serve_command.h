@@ -1,5 +1,5 @@
 // `ooze serve`: the rollout engine behind its HTTP server (SGLang- and OpenAI-compatible
-// endpoints, rollout/engine_server.h).
+// endpoints, serving/engine_server.h).
 //
 //   ooze serve --model DIR [--host 127.0.0.1] [--port 30000] [--api-key KEY]
 //              [--max-running-requests N] [--kv-cache-blocks N] [--kv-cache-memory-mb MB]

@@ -16,7 +16,7 @@ namespace {
 
 using nlohmann::json;
 
-const char* kUsage =
+const char* kTokenizeUsage =
     "usage: ooze tokenize --tokenizer DIR [--chat-template [NAME]] [--add-generation-prompt]\n"
     "                     [--no-thinking] [--decode] [--skip-special-tokens]\n"
     "reads JSON lines on stdin: {\"text\": ...} or, with --chat-template, {\"messages\": [...]}\n"
@@ -32,13 +32,13 @@ struct Options {
   bool skip_special_tokens = false;
 };
 
-Options parse_options(const std::vector<std::string>& args) {
+Options parse_tokenize_options(const std::vector<std::string>& args) {
   Options options;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--tokenizer") {
       if (i + 1 >= args.size())
-        throw ConfigError("--tokenizer needs a directory\n" + std::string(kUsage));
+        throw ConfigError("--tokenizer needs a directory\n" + std::string(kTokenizeUsage));
       options.tokenizer_dir = args[++i];
     } else if (arg == "--chat-template") {
       options.use_chat_template = true;
@@ -55,11 +55,11 @@ Options parse_options(const std::vector<std::string>& args) {
     } else if (arg == "--skip-special-tokens") {
       options.skip_special_tokens = true;
     } else {
-      throw ConfigError("ooze tokenize: unknown argument '" + arg + "'\n" + kUsage);
+      throw ConfigError("ooze tokenize: unknown argument '" + arg + "'\n" + kTokenizeUsage);
     }
   }
   if (options.tokenizer_dir.empty()) {
-    throw ConfigError("ooze tokenize: --tokenizer DIR is required\n" + std::string(kUsage));
+    throw ConfigError("ooze tokenize: --tokenizer DIR is required\n" + std::string(kTokenizeUsage));
   }
   if (options.decode && options.use_chat_template) {
     throw ConfigError("ooze tokenize: --decode and --chat-template cannot be combined");
@@ -140,7 +140,7 @@ std::string process_line(const std::string& line, const Options& options,
 }  // namespace
 
 int run_tokenize_command(const std::vector<std::string>& args) {
-  const Options options = parse_options(args);
+  const Options options = parse_tokenize_options(args);
   const models::Tokenizer tokenizer = models::load_tokenizer(options.tokenizer_dir);
   std::optional<models::ChatTemplate> chat_template;
   if (options.use_chat_template) {

@@ -4,17 +4,17 @@
 
 #include "algorithms/algorithm_options.h"
 #include "core/error.h"
-#include "launcher/trainer_options.h"
 #include "models/model_config.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
 #include "rollout/rollout_options.h"
-#include "weight_sync/weight_sync_options.h"
+#include "trainer/trainer_options.h"
+#include "trainer/weight_sync_options.h"
 
 namespace ooze::launcher {
 namespace {
 
-ConfigSchema build_schema() {
+ConfigSchema build_train_schema() {
   ConfigSchema schema;
   schema.section("model");
   schema.add_string("hf_checkpoint", "", "Hugging Face model directory: the initial policy.")
@@ -129,8 +129,8 @@ ConfigSchema build_schema() {
   rollout::add_reward_fields(schema);
   rollout::add_eval_fields(schema);
   algorithms::add_algorithm_fields(schema);
-  add_trainer_fields(schema);
-  weight_sync::add_weight_sync_fields(schema);
+  trainer::add_trainer_fields(schema);
+  trainer::add_weight_sync_fields(schema);
   schema.add_check("debug_modes", [](const Config& c) -> std::string {
     const bool loads = !c.get<std::string>("load_debug_rollout_data").empty();
     const bool sft = c.get<std::string>("rollout_function_path") == "sft";
@@ -323,7 +323,7 @@ void check_model_directory(const std::string& dir, const std::string& flag) {
 }
 
 const ConfigSchema& train_schema() {
-  static const ConfigSchema schema = build_schema();
+  static const ConfigSchema schema = build_train_schema();
   return schema;
 }
 

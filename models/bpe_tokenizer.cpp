@@ -8,6 +8,7 @@
 #include <queue>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "models/unicode_utils.h"
 
 namespace ooze {
@@ -70,11 +71,7 @@ std::string token_to_bytes(const std::string& token) {
   return bytes;
 }
 
-std::string describe(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return text;
-}
+std::string describe(const json& value) { return abbreviated(value.dump()); }
 
 struct Pcre2CodeDeleter {
   void operator()(pcre2_code* code) const { pcre2_code_free(code); }

@@ -9,10 +9,6 @@
 namespace ooze::models {
 namespace {
 
-// Upper bound on the elements of one block of attention scores: long sequences are processed
-// in query blocks so that memory stays O(block * length), not O(length^2) per head.
-constexpr int64_t kMaxScoreElements = int64_t{1} << 24;
-
 // Causal attention of `num_queries` consecutive queries whose first one sits at key position
 // `first_query_position`; query j sees keys 0..first_query_position + j.
 // q: [Lq, heads, d]; k, v: [Lk, kv_heads, d] -> [Lq, heads, d].

@@ -13,6 +13,11 @@
 
 namespace ooze::models {
 
+// Upper bound on the elements of one block of attention scores: long sequences are processed
+// in query blocks so that memory stays O(block * length), not O(length^2) per head. Ring
+// attention (ring_attention.cpp) blocks its rows by the same bound.
+constexpr int64_t kMaxScoreElements = int64_t{1} << 24;
+
 // Validates cu_seqlens ([B+1], int32 or int64, any device, 0 = c[0] <= c[1] <= ... <= c[B] =
 // num_tokens) and returns it as offsets on the CPU. Throws ooze::Error saying what is wrong.
 std::vector<int64_t> sequence_offsets(const torch::Tensor& cu_seqlens, int64_t num_tokens);

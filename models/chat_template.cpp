@@ -1,6 +1,7 @@
 #include "models/chat_template.h"
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "models/tokenizer.h"
 #include "models/unicode_utils.h"
 
@@ -48,15 +49,6 @@ std::string rstrip_newlines(const std::string& text) {
 
 std::string strip_newlines(const std::string& text) {
   return lstrip_newlines(rstrip_newlines(text));
-}
-
-bool starts_with(const std::string& text, const std::string& prefix) {
-  return text.compare(0, prefix.size(), prefix) == 0;
-}
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() &&
-         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool contains(const std::string& text, const std::string& part) {

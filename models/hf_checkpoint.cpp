@@ -14,16 +14,12 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
+#include "core/strings.h"
 #include "models/hf_directory.h"
 
 namespace ooze::models {
 namespace fs = std::filesystem;
 namespace {
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() &&
-         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "[";

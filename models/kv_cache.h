@@ -2,7 +2,7 @@
 // and each sequence is described by a block table (the blocks holding its tokens 0..B-1,
 // B..2B-1, ...). Memory follows the tokens actually held, and two sequences with a common
 // prefix may list the same blocks. Which block belongs to whom is decided by the caller
-// (rollout/block_manager.h); the cache only stores and reads.
+// (engine/block_manager.h); the cache only stores and reads.
 //
 //   KVCache cache(model->config(), /*num_blocks=*/1024, /*block_size=*/16, torch::kBFloat16);
 //   CacheStep step = cache.plan_step({table_a, table_b}, /*past_lengths=*/{0, 37},
@@ -27,19 +27,19 @@ namespace ooze::models {
 struct CacheStep {
   std::vector<std::vector<int64_t>> block_tables;
   std::vector<int64_t> past_lengths;
-  std::vector<int64_t> offsets;       // size block_tables.size() + 1, offsets[0] == 0
-  torch::Tensor slot_mapping;         // [T] int64: block * block_size + offset, where each token goes
-  torch::Tensor position_ids;         // [T] int64: past_length + i
+  std::vector<int64_t> offsets;  // size block_tables.size() + 1, offsets[0] == 0
+  torch::Tensor slot_mapping;    // [T] int64: block * block_size + offset, where each token goes
+  torch::Tensor position_ids;    // [T] int64: past_length + i
   // Sequences that add exactly one token (decodes), attended to in one batched product.
   std::vector<int64_t> decode_sequences;
-  torch::Tensor decode_block_table;   // [D, max_blocks] int64, padded with block 0
-  torch::Tensor decode_lengths;       // [D] int64: tokens each decode sequence attends to
+  torch::Tensor decode_block_table;  // [D, max_blocks] int64, padded with block 0
+  torch::Tensor decode_lengths;      // [D] int64: tokens each decode sequence attends to
 };
 
 class KVCache {
  public:
-  KVCache(const ModelConfig& config, int64_t num_blocks, int64_t block_size,
-          c10::ScalarType dtype, c10::Device device = c10::Device(c10::kCPU));
+  KVCache(const ModelConfig& config, int64_t num_blocks, int64_t block_size, c10::ScalarType dtype,
+          c10::Device device = c10::Device(c10::kCPU));
 
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }

@@ -114,7 +114,7 @@ RopeScaling parse_rope_scaling(const nlohmann::json& json, const std::string& wh
   return scaling;
 }
 
-std::string read_text_file(const std::string& path) {
+std::string read_config_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw IoError("cannot read model config '" + path + "': " + std::strerror(errno));
@@ -387,7 +387,7 @@ ModelConfig load_model_config(const std::string& path_or_dir) {
   if (std::filesystem::is_directory(path_or_dir)) {
     path = (std::filesystem::path(path_or_dir) / "config.json").string();
   }
-  std::string text = read_text_file(path);
+  std::string text = read_config_text(path);
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);

@@ -9,16 +9,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "models/causal_attention.h"
 
 namespace ooze::models {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// Upper bound on the elements of one block of scores, as in causal_attention.cpp: long
-// sequences are attended to in query blocks so memory stays O(block * length).
-constexpr int64_t kMaxScoreElements = int64_t{1} << 24;
 
 // Point-to-point tags: K/V blocks and their gradient accumulators travel side by side.
 constexpr uint32_t kKeyValueTag = 0;

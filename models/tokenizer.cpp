@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "models/unicode_utils.h"
 
 namespace ooze {
@@ -14,12 +15,6 @@ namespace models {
 using nlohmann::json;
 
 namespace {
-
-std::string describe(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return text;
-}
 
 // The character that ends text[0, end), or false if there is none or it is ill-formed.
 bool char_before(std::string_view text, size_t end, char32_t* cp, size_t* length) {
@@ -120,11 +115,13 @@ void Tokenizer::parse_added_tokens(const json& tokenizer_json, const std::string
     token.normalized = flag("normalized", true);
     token.special = flag("special", false);
     if (added_by_content_.count(token.content)) {
-      throw FormatError(where + ": token " + describe(token.content) + " is listed twice");
+      throw FormatError(where + ": token " + abbreviated(json(token.content).dump()) +
+                        " is listed twice");
     }
     if (added_by_id_.count(token.id)) {
       throw FormatError(where + ": id " + std::to_string(token.id) + " is used by " +
-                        describe(added_tokens_[added_by_id_[token.id]].content) + " too");
+                        abbreviated(json(added_tokens_[added_by_id_[token.id]].content).dump()) +
+                        " too");
     }
     added_by_content_[token.content] = added_tokens_.size();
     added_by_id_[token.id] = added_tokens_.size();
@@ -166,11 +163,11 @@ void Tokenizer::parse_config(const json& config, const std::string& file) {
       content = (*it)["content"].get<std::string>();
     } else {
       throw FormatError(file + ": " + key + " must be a token string or {\"content\": ...}, got " +
-                        describe(*it));
+                        abbreviated(it->dump()));
     }
     std::optional<int64_t> id = token_to_id(content);
     if (!id) {
-      throw FormatError(file + ": " + key + " " + describe(content) +
+      throw FormatError(file + ": " + key + " " + abbreviated(json(content).dump()) +
                         " is not a token of tokenizer.json");
     }
     return id;

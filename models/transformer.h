@@ -20,7 +20,7 @@
 //   torch::Tensor logits = model->logits(hidden);                                // [T, V]
 //
 // Generation uses a paged KVCache (models/kv_cache.h) through forward_cached(), one step of
-// prompt chunks and decodes at a time; rollout/engine.h schedules those steps.
+// prompt chunks and decodes at a time; engine/engine.h schedules those steps.
 #pragma once
 
 #include <torch/torch.h>

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "core/logging.h"
-#include "rollout/http_client.h"
+#include "serving/http_client.h"
 
 namespace ooze::rollout {
 namespace {
@@ -59,7 +59,7 @@ std::string excerpt(const std::string& body) {
 // 5xx, and the two 4xx that ask the client to come back later.
 bool is_retryable_status(int status) { return status >= 500 || status == 408 || status == 429; }
 
-std::string sample_text(const Sample& sample) {
+std::string sample_label(const Sample& sample) {
   return "sample " + std::to_string(sample.index) + " (group " +
          std::to_string(sample.group_index) + ")";
 }
@@ -96,10 +96,10 @@ RemoteReward::RemoteReward(RemoteRewardOptions options) : options_(std::move(opt
   }
   auto [server, target] = split_url(options_.url);
   target_ = std::move(target);
-  HttpClientOptions client_options;
+  serving::HttpClientOptions client_options;
   client_options.connect_timeout = to_millis(std::min(options_.timeout_s, kMaxConnectTimeoutS));
   client_options.keep_alive = true;
-  client_ = std::make_unique<HttpClient>(server, client_options);
+  client_ = std::make_unique<serving::HttpClient>(server, client_options);
 }
 
 RemoteReward::~RemoteReward() = default;
@@ -109,19 +109,19 @@ nlohmann::json RemoteReward::request_body(const Sample& sample) {
 }
 
 nlohmann::json RemoteReward::score(const Sample& sample) const {
-  HttpRequest request;
+  serving::HttpRequest request;
   request.method = "POST";
   request.target = target_;
   request.body = request_body(sample).dump();
   request.timeout = to_millis(options_.timeout_s);
 
-  const std::string where = "remote reward model " + options_.url + ", " + sample_text(sample);
+  const std::string where = "remote reward model " + options_.url + ", " + sample_label(sample);
   const int max_attempts = options_.max_retries + 1;
   std::string last_error;
   double backoff_s = options_.initial_backoff_s;
   for (int attempt = 1;; ++attempt) {
     try {
-      const HttpResponse response = client_->send(request);
+      const serving::HttpResponse response = client_->send(request);
       if (response.ok()) {
         nlohmann::json reward = nlohmann::json::parse(response.body, nullptr, false);
         if (reward.is_discarded()) {
@@ -145,7 +145,7 @@ nlohmann::json RemoteReward::score(const Sample& sample) const {
                                     ": check --rm-url and what the server expects",
                                 options_.url, attempt);
       }
-    } catch (const HttpError& error) {  // unreachable, dropped, timed out, malformed
+    } catch (const serving::HttpError& error) {  // unreachable, dropped, timed out, malformed
       last_error = error.what();
     }
     if (attempt >= max_attempts) {

@@ -20,9 +20,11 @@
 #include "core/error.h"
 #include "rollout/sample.h"
 
-namespace ooze::rollout {
-
+namespace ooze::serving {
 class HttpClient;
+}
+
+namespace ooze::rollout {
 
 struct RemoteRewardOptions {
   std::string url;  // "http://host[:port]/path" (port 80 when absent; path "/" when absent)
@@ -69,8 +71,8 @@ class RemoteReward {
 
  private:
   RemoteRewardOptions options_;
-  std::string target_;                  // the URL's path and query
-  std::unique_ptr<HttpClient> client_;  // thread-safe: each call takes its own connection
+  std::string target_;                           // the URL's path and query
+  std::unique_ptr<serving::HttpClient> client_;  // thread-safe: each call takes its own connection
 };
 
 }  // namespace ooze::rollout

@@ -90,7 +90,7 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
   const GenerationStats stats_at_start = generator.stats();
 
   auto abort_engines = [this] {
-    for (const BroadcastResult& result :
+    for (const serving::BroadcastResult& result :
          router_.broadcast("/abort_request", {{"abort_all", true}})) {
       if (!result.ok()) {
         OOZE_LOG(WARN) << "rollout: abort_request to " << result.engine_url << " failed ("
@@ -266,8 +266,9 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
 
 // ---------------------------------------------------------------------------------------------
 
-RolloutManager::RolloutManager(RolloutOptions options, PromptSource& source, Router& router,
-                               const models::Tokenizer& tokenizer, RewardModel& rewards)
+RolloutManager::RolloutManager(RolloutOptions options, PromptSource& source,
+                               serving::Router& router, const models::Tokenizer& tokenizer,
+                               RewardModel& rewards)
     : options_(std::move(options)),
       source_(source),
       router_(router),

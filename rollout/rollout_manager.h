@@ -47,9 +47,9 @@
 #include "rollout/reward_model.h"
 #include "rollout/rollout_metrics.h"
 #include "rollout/rollout_options.h"
-#include "rollout/router.h"
 #include "rollout/sample.h"
 #include "rollout/sample_generation.h"
+#include "serving/router.h"
 
 namespace ooze::models {
 class Tokenizer;
@@ -71,7 +71,7 @@ class RolloutManager {
  public:
   // Loads the plugins named by the options and checks that the options fit together (dynamic
   // sampling needs per-group rewards), so a run fails here rather than at its first rollout.
-  RolloutManager(RolloutOptions options, PromptSource& source, Router& router,
+  RolloutManager(RolloutOptions options, PromptSource& source, serving::Router& router,
                  const models::Tokenizer& tokenizer, RewardModel& rewards);
   ~RolloutManager();
 
@@ -109,7 +109,7 @@ class RolloutManager {
 
   RolloutOptions options_;
   PromptSource& source_;
-  Router& router_;
+  serving::Router& router_;
   const models::Tokenizer& tokenizer_;
   RewardModel& rewards_;
   std::optional<GroupFilter> filter_;

@@ -2,21 +2,11 @@
 
 #include <algorithm>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "models/tokenizer.h"
 
 namespace ooze::rollout {
-
-namespace {
-
-// splitmix64's finaliser: nearby inputs give unrelated outputs.
-uint64_t mix64(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 nlohmann::json RolloutSampling::sampling_params(int64_t max_new_tokens, int64_t n,
                                                 const Sample& sample) const {
@@ -166,7 +156,7 @@ void append_non_policy_tokens(Sample& sample, const std::vector<int64_t>& ids,
   sample.response += text;
 }
 
-SampleGenerator::SampleGenerator(Router& router, const models::Tokenizer& tokenizer,
+SampleGenerator::SampleGenerator(serving::Router& router, const models::Tokenizer& tokenizer,
                                  RolloutSampling sampling, const std::atomic<bool>* stop)
     : router_(router), tokenizer_(tokenizer), sampling_(std::move(sampling)), stop_(stop) {}
 
@@ -229,7 +219,7 @@ std::string SampleGenerator::generate(Sample& sample, int64_t max_new_tokens) {
 }
 
 nlohmann::json SampleGenerator::send(const nlohmann::json& body) {
-  RouteOptions route;
+  serving::RouteOptions route;
   route.retry = true;  // a failed engine's request goes to another live one
   ++requests_;
   return router_.generate(body, route);

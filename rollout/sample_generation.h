@@ -20,8 +20,8 @@
 
 #include "core/config.h"
 #include "rollout/reward_plugin.h"
-#include "rollout/router.h"
 #include "rollout/sample.h"
+#include "serving/router.h"
 
 namespace ooze::models {
 class Tokenizer;
@@ -72,8 +72,8 @@ class SampleGenerator final : public plugin::GenerationContext {
  public:
   // `stop`, when set, turns later generate calls into aborts: once a rollout has what it needs,
   // no new request may start behind the abort sent to the engines.
-  SampleGenerator(Router& router, const models::Tokenizer& tokenizer, RolloutSampling sampling,
-                  const std::atomic<bool>* stop = nullptr);
+  SampleGenerator(serving::Router& router, const models::Tokenizer& tokenizer,
+                  RolloutSampling sampling, const std::atomic<bool>* stop = nullptr);
 
   // Fresh samples that share one prompt (same tokens, no response yet): one request with
   // n = group.size(), so the engine prefills the prompt once.
@@ -93,7 +93,7 @@ class SampleGenerator final : public plugin::GenerationContext {
   nlohmann::json send(const nlohmann::json& body);
   void count(const nlohmann::json& output);
 
-  Router& router_;
+  serving::Router& router_;
   const models::Tokenizer& tokenizer_;
   RolloutSampling sampling_;
   const std::atomic<bool>* stop_;

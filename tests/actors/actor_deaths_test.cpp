@@ -20,7 +20,7 @@
 #include "tests/support/process.h"
 
 namespace ooze::actors {
-namespace {
+namespace actor_deaths_test {
 
 using testing::Counter;
 using testing::process_gone;
@@ -195,5 +195,5 @@ TEST_F(ActorDeathsTest, WhatAWorkerStartedDiesWithItHoweverItEnds) {
       << "the child of a worker stopped by shutdown() is still running";
 }
 
-}  // namespace
+}  // namespace actor_deaths_test
 }  // namespace ooze::actors

@@ -24,7 +24,7 @@
 #include "tests/support/process.h"
 
 namespace ooze::actors {
-namespace {
+namespace cluster_test {
 
 using ::ooze::testing::ooze_binary;
 
@@ -300,5 +300,5 @@ TEST(EmbeddedDriverTest, KilledDriverLeavesNoWorkersAndStreamedTheirOutput) {
   }
 }
 
-}  // namespace
+}  // namespace cluster_test
 }  // namespace ooze::actors

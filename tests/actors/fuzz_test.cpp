@@ -34,6 +34,7 @@
 #include "actors/wire.h"
 #include "core/logging.h"
 #include "core/tensor_serialization.h"
+#include "core/timer.h"
 #include "tests/actors/test_actors.h"
 
 // ---- allocation probe ------------------------------------------------------------------------
@@ -59,7 +60,7 @@ std::atomic<std::size_t> probe_largest{0};
 [[gnu::noinline]] void operator delete(void* memory, std::size_t) noexcept { std::free(memory); }
 
 namespace ooze::actors {
-namespace {
+namespace fuzz_test {
 
 using testing::Counter;
 using Clock = std::chrono::steady_clock;
@@ -71,10 +72,6 @@ constexpr uint64_t kSeed = 0x00f00d5eed;
 constexpr int kGarbageFrames = 10000;
 constexpr int kMutatedFrames = 10000;
 constexpr int kFramesBetweenLivenessChecks = 2500;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // The largest allocation `decode` makes.
 std::size_t largest_allocation(const std::function<void()>& decode) {
@@ -1122,5 +1119,5 @@ TEST(WireBoundsTest, ReceiveMessageRejectsWrongPartCounts) {
   EXPECT_EQ(message->blobs[1].to_string(), "blob 1");
 }
 
-}  // namespace
+}  // namespace fuzz_test
 }  // namespace ooze::actors

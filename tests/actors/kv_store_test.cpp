@@ -24,7 +24,7 @@
 #include "tests/actors/test_actors.h"
 
 namespace ooze::actors {
-namespace {
+namespace kv_store_test {
 
 using testing::StoreUser;
 using Clock = std::chrono::steady_clock;
@@ -305,5 +305,5 @@ TEST_F(KvStoreTest, HeadAnswersMalformedStoreRequestsAndKeepsServing) {
   EXPECT_EQ(kv_add(key, 1), 42);
 }
 
-}  // namespace
+}  // namespace kv_store_test
 }  // namespace ooze::actors

@@ -12,7 +12,7 @@
 #include "core/error.h"
 
 namespace ooze::actors {
-namespace {
+namespace placement_test {
 
 bool same_node(const NodeCapacity& a, const NodeCapacity& b) {
   return a.node_id == b.node_id && a.address == b.address && a.total == b.total &&
@@ -506,5 +506,5 @@ TEST(Placement, RandomizedInvariantsHold) {
   EXPECT_GT(never, 10);
 }
 
-}  // namespace
+}  // namespace placement_test
 }  // namespace ooze::actors

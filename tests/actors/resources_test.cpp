@@ -8,7 +8,7 @@
 #include "core/error.h"
 
 namespace ooze::actors {
-namespace {
+namespace resources_test {
 
 // Runs `parse_resources(text)` and returns the ConfigError message ("" when none was thrown).
 std::string parse_error(const std::string& text) {
@@ -240,5 +240,5 @@ TEST(Resources, ReleaseRefusesAnotherNodesAllocation) {
   EXPECT_THROW(release(b, *allocation), Error);
 }
 
-}  // namespace
+}  // namespace resources_test
 }  // namespace ooze::actors

@@ -18,7 +18,7 @@
 #include "tests/actors/test_actors.h"
 
 namespace ooze::actors {
-namespace {
+namespace runtime_test {
 
 using testing::BrokenConstructor;
 using testing::Counter;
@@ -292,5 +292,5 @@ TEST_F(RuntimeTest, ActorsSpawnedByAnActorDieWithIt) {
   EXPECT_TRUE(process_gone(child_pid));
 }
 
-}  // namespace
+}  // namespace runtime_test
 }  // namespace ooze::actors

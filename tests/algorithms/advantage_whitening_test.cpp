@@ -13,7 +13,7 @@
 #include "tests/algorithms/double_vectors.h"
 
 namespace ooze::algorithms {
-namespace {
+namespace advantage_whitening_test {
 
 struct Step {
   std::vector<Vec> values, masks;
@@ -136,5 +136,5 @@ TEST(AdvantageWhiteningTest, StepWithoutCountedTokensIsAnError) {
   EXPECT_THROW(masked_whitening_stats(values, {masks[0]}), Error);
 }
 
-}  // namespace
+}  // namespace advantage_whitening_test
 }  // namespace ooze::algorithms

@@ -14,7 +14,7 @@
 #include "tests/algorithms/double_vectors.h"
 
 namespace ooze::algorithms {
-namespace {
+namespace advantages_test {
 
 void expect_near_vec(const Vec& expected, const at::Tensor& actual, double tolerance,
                      const std::string& what) {
@@ -524,5 +524,5 @@ TEST(AdvantagesTest, InconsistentInputsAreRejected) {
   }
 }
 
-}  // namespace
+}  // namespace advantages_test
 }  // namespace ooze::algorithms

@@ -9,7 +9,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::algorithms {
-namespace {
+namespace algorithm_options_test {
 
 // The fields an RL experiment declares for the algorithms: the "algorithm" and "loss" sections.
 const ConfigSchema& algorithm_schema() {
@@ -165,5 +165,5 @@ TEST(AlgorithmOptionsTest, HandBuiltOptionsMeetTheSameRules) {
   EXPECT_NO_THROW(options.validate());
 }
 
-}  // namespace
+}  // namespace algorithm_options_test
 }  // namespace ooze::algorithms

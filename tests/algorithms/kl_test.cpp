@@ -14,7 +14,7 @@
 #include "tests/algorithms/double_vectors.h"
 
 namespace ooze::algorithms {
-namespace {
+namespace kl_test {
 
 double reference_kl(double log_prob, double base, KlEstimator estimator, double ratio) {
   double x = log_prob - base, kl = 0;
@@ -144,5 +144,5 @@ TEST(KlTest, NamesRoundTripAndUnknownNamesAreRejected) {
   EXPECT_THROW(approx_kl(tensor_of({1.0}), tensor_of({1.0, 2.0}), KlEstimator::kK1), Error);
 }
 
-}  // namespace
+}  // namespace kl_test
 }  // namespace ooze::algorithms

@@ -21,7 +21,7 @@
 #include "tests/algorithms/double_vectors.h"
 
 namespace ooze::algorithms {
-namespace {
+namespace loss_aggregation_test {
 
 const LossAggregation kAggregations[] = {LossAggregation::kTokenMean,
                                          LossAggregation::kSequenceMeanTokenMean,
@@ -425,5 +425,5 @@ TEST(LossMetricsTest, MergeSumsMaximaAndMinima) {
   }
 }
 
-}  // namespace
+}  // namespace loss_aggregation_test
 }  // namespace ooze::algorithms

@@ -18,7 +18,7 @@
 #include "tests/algorithms/double_vectors.h"
 
 namespace ooze::algorithms {
-namespace {
+namespace policy_loss_test {
 
 double clamp(double x, double low, double high) { return std::min(high, std::max(low, x)); }
 
@@ -519,5 +519,5 @@ TEST(PolicyLossTest, MissingInputsAndInvalidOptionsAreReported) {
   EXPECT_THROW(policy_loss(inputs_of(p), {}, too_few), Error);
 }
 
-}  // namespace
+}  // namespace policy_loss_test
 }  // namespace ooze::algorithms

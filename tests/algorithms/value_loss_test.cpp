@@ -13,7 +13,7 @@
 #include "tests/algorithms/double_vectors.h"
 
 namespace ooze::algorithms {
-namespace {
+namespace value_loss_test {
 
 struct Critic {
   std::vector<int> cu_seqlens = {0};
@@ -123,5 +123,5 @@ TEST(ValueLossTest, InvalidInputsAreRejected) {
   EXPECT_THROW(value_loss(missing, ValueLossOptions{}, scale_of(c)), Error);
 }
 
-}  // namespace
+}  // namespace value_loss_test
 }  // namespace ooze::algorithms

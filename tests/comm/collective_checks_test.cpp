@@ -19,7 +19,7 @@
 
 namespace ooze {
 namespace comm {
-namespace {
+namespace collective_checks_test {
 
 // The message of the CommError `call` throws; a test failure (and "") when it throws none.
 std::string error_of(const std::function<void()>& call) {
@@ -223,6 +223,6 @@ TEST_F(CollectiveChecksTest, CountsNeedOneEntryPerRankAddingUpToTheTensors) {
   gloo_.counts("all_gather_v", {0, 0, 0, 0}, "output", at::zeros({0}), "input", at::zeros({0}));
 }
 
-}  // namespace
+}  // namespace collective_checks_test
 }  // namespace comm
 }  // namespace ooze

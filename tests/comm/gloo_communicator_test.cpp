@@ -26,7 +26,7 @@
 #include "tests/support/process.h"
 
 namespace ooze {
-namespace {
+namespace gloo_communicator_test {
 
 using std::chrono::milliseconds;
 using testing::ExitStatus;
@@ -370,5 +370,5 @@ TEST_P(GlooReduceScatterShape, ATwoDimensionalOutputGetsItsRanksReducedShare) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GlooReduceScatterShape, ::testing::Values(1, 2));
 
-}  // namespace
+}  // namespace gloo_communicator_test
 }  // namespace ooze

@@ -33,7 +33,7 @@
 
 namespace ooze {
 namespace comm {
-namespace {
+namespace nccl_communicator_test {
 
 using std::chrono::milliseconds;
 
@@ -558,7 +558,7 @@ TEST(NcclCommunicator, TwoRanksMissingPeerTimesOutAndBreaks) {
   });
 }
 
-}  // namespace
+}  // namespace nccl_communicator_test
 }  // namespace comm
 }  // namespace ooze
 

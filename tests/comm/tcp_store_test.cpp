@@ -16,7 +16,7 @@
 
 namespace ooze {
 namespace comm {
-namespace {
+namespace tcp_store_test {
 
 using std::chrono::milliseconds;
 
@@ -127,6 +127,6 @@ TEST(TcpStore, ParseHostPort) {
   EXPECT_THROW(parse_host_port("host:12a"), ConfigError);
 }
 
-}  // namespace
+}  // namespace tcp_store_test
 }  // namespace comm
 }  // namespace ooze

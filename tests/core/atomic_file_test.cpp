@@ -22,7 +22,7 @@
 #include "tests/support/process.h"
 
 namespace ooze {
-namespace {
+namespace atomic_file_test {
 
 namespace fs = std::filesystem;
 
@@ -242,5 +242,5 @@ TEST_F(AtomicFileTest, TheModeIsApplied) {
   EXPECT_EQ(status.st_mode & 0777, 0600u);
 }
 
-}  // namespace
+}  // namespace atomic_file_test
 }  // namespace ooze

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 
-namespace {
+namespace checksum_test {
 
 // The definition: shift one bit at a time through the reflected register.
 uint32_t bitwise_crc32(const std::vector<uint8_t>& bytes) {
@@ -72,4 +72,4 @@ TEST(Crc32, ChecksumsFilesLargerThanOneReadChunk) {
   EXPECT_THROW(ooze::checksum_file(path), ooze::IoError);
 }
 
-}  // namespace
+}  // namespace checksum_test

@@ -8,7 +8,7 @@
 #include "core/config.h"
 
 namespace ooze {
-namespace {
+namespace config_sections_test {
 
 // "optimizer" is declared twice, with "fsdp" in between, as two modules adding fields would.
 ConfigSchema interleaved_schema() {
@@ -76,5 +76,5 @@ TEST(ConfigSections, DescribeGroupsFieldsLikeHelp) {
   EXPECT_NE(text.find("(flag --weight-decay; default 0.01)"), std::string::npos) << text;
 }
 
-}  // namespace
+}  // namespace config_sections_test
 }  // namespace ooze

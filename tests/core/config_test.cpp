@@ -14,7 +14,7 @@
 #include "tests/support/process.h"
 
 namespace ooze {
-namespace {
+namespace config_test {
 
 ConfigSchema test_schema() {
   ConfigSchema schema;
@@ -388,5 +388,5 @@ TEST_F(ConfigTest, HelpDocumentsEveryField) {
   EXPECT_LT(help.find("rollout:"), help.find("train:"));
 }
 
-}  // namespace
+}  // namespace config_test
 }  // namespace ooze

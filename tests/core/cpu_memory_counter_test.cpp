@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 namespace ooze {
-namespace {
+namespace cpu_memory_counter_test {
 
 TEST(CpuMemoryCounter, CountsTensorsWhileTheyLiveAndKeepsThePeak) {
   install_cpu_memory_counter();
@@ -29,5 +29,5 @@ TEST(CpuMemoryCounter, CountsTensorsWhileTheyLiveAndKeepsThePeak) {
   EXPECT_EQ(peak_cpu_bytes(), cpu_bytes_in_use());
 }
 
-}  // namespace
+}  // namespace cpu_memory_counter_test
 }  // namespace ooze

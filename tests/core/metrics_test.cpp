@@ -15,7 +15,7 @@
 #include "tests/support/process.h"
 
 namespace ooze {
-namespace {
+namespace metrics_test {
 
 std::vector<nlohmann::json> read_lines(const std::string& path) {
   std::vector<nlohmann::json> lines;
@@ -150,5 +150,5 @@ TEST(TimerTest, ScopedTimerAccumulatesByName) {
   EXPECT_LT(times["time/backward"], times["time/forward"]);
 }
 
-}  // namespace
+}  // namespace metrics_test
 }  // namespace ooze

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "tests/support/process.h"
 
-namespace {
+namespace safetensors_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -654,4 +654,4 @@ TEST_F(SafetensorsTest, DirectoryWithoutCheckpointIsAnIoError) {
   EXPECT_THROW(ShardedSafetensors::open(dir_), ooze::IoError);
 }
 
-}  // namespace
+}  // namespace safetensors_test

@@ -17,7 +17,7 @@
 #include "core/error.h"
 
 namespace ooze {
-namespace {
+namespace tensor_serialization_test {
 
 template <class OutputArchive, class InputArchive, class T>
 T round_trip(const T& value) {
@@ -258,5 +258,5 @@ TEST(TensorSerializationTest, CudaTensorsAreRejectedOnSave) {
   }
 }
 
-}  // namespace
+}  // namespace tensor_serialization_test
 }  // namespace ooze

@@ -26,7 +26,7 @@
 #include "tests/support/process.h"
 
 namespace ooze {
-namespace {
+namespace tensorboard_writer_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -332,5 +332,5 @@ TEST_F(TensorBoardWriterTest, ErrorsSayWhatAndWhere) {
                   "empty tag");
 }
 
-}  // namespace
+}  // namespace tensorboard_writer_test
 }  // namespace ooze

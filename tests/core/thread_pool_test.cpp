@@ -8,7 +8,7 @@
 #include <string>
 
 namespace ooze {
-namespace {
+namespace thread_pool_test {
 
 using namespace std::chrono_literals;
 
@@ -57,5 +57,5 @@ TEST(ThreadPoolTest, DestructorRunsWhatWasSubmitted) {
   EXPECT_EQ(count.load(), 50);
 }
 
-}  // namespace
+}  // namespace thread_pool_test
 }  // namespace ooze

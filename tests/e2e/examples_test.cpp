@@ -28,7 +28,7 @@
 #error "OOZE_SOURCE_DIR (the repository, where examples/ is) must be defined by the build"
 #endif
 
-namespace {
+namespace examples_test {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -272,4 +272,4 @@ TEST(ExamplesTest, MultiTurnRunCallsTheCalculatorDuringRollouts) {
   EXPECT_GT(answered, 0) << "no sample called the calculator with a single-digit sum";
 }
 
-}  // namespace
+}  // namespace examples_test

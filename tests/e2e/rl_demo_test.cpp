@@ -15,7 +15,7 @@
 
 #include "tests/support/process.h"
 
-namespace {
+namespace rl_demo_test {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
@@ -128,4 +128,4 @@ TEST(RlDemoTest, GrpoInEveryPlacementPpoAndAsyncGrpoRaiseTheEvalReward) {
   }
 }
 
-}  // namespace
+}  // namespace rl_demo_test

@@ -13,7 +13,7 @@
 #include "core/error.h"
 
 namespace ooze::fsdp {
-namespace {
+namespace balanced_partition_test {
 
 // Lengths from a log-normal with the given median, capped: the long tail of RL responses.
 std::vector<int64_t> long_tailed_lengths(int n, uint64_t seed, double median = 600,
@@ -187,5 +187,5 @@ TEST(KarmarkarKarp, RejectsBadArguments) {
   EXPECT_THROW(karmarkar_karp_partition({1, -2}, 2, false), Error);
 }
 
-}  // namespace
+}  // namespace balanced_partition_test
 }  // namespace ooze::fsdp

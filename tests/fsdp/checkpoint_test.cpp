@@ -21,11 +21,11 @@
 #include "core/safetensors.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/sharded_adamw.h"
-#include "tests/fsdp/training_fixture.h"
 #include "tests/fsdp/worker_launcher.h"
 #include "tests/support/process.h"
+#include "tests/support/training_fixture.h"
 
-namespace {
+namespace checkpoint_test {
 
 namespace fs = std::filesystem;
 using namespace ooze::fsdp_test;
@@ -399,4 +399,4 @@ TEST(FsdpCheckpoint, DamagedCheckpointsAreRefusedNamingTheFile) {
                                    dir);
 }
 
-}  // namespace
+}  // namespace checkpoint_test

@@ -12,11 +12,8 @@
 // D = 2 x C = 2 on 4 ranks; bf16 compute at C = 2 to bf16 accuracy. The activation memory per
 // rank of a 4096-token sequence at C = 1, 2 and 4 (counted by a wrapping CPU allocator). Also the
 // dealing: the ranks of a CP group get the same share, and the token budget counts a rank's share.
-#include <ATen/Parallel.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,24 +25,22 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "comm/gloo_communicator.h"
-#include "comm/tcp_store.h"
 #include "core/cpu_memory_counter.h"
 #include "core/error.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/packing.h"
 #include "fsdp/sharded_adamw.h"
-#include "fsdp/train_step.h"
-#include "tests/fsdp/training_fixture.h"
 #include "tests/support/expect_error.h"
-#include "tests/support/process.h"
+#include "tests/support/forked_ranks.h"
+#include "tests/support/training_fixture.h"
+#include "trainer/train_step.h"
 
 namespace ooze::fsdp {
-namespace {
+namespace context_parallel_test {
 
 using std::chrono::milliseconds;
 using Check = std::function<void(bool, const std::string&)>;
@@ -102,14 +97,14 @@ PackingOptions packing_options(int64_t cp_size) {
 
 struct LossCase {
   std::string name;
-  TrainStepOptions options;
+  trainer::TrainStepOptions options;
   int64_t num_samples = 0;  // the first ones of the global batch; 0: all
 };
 
 std::vector<LossCase> loss_cases(int64_t cp_size) {
   std::vector<LossCase> cases(4);
   cases[0].name = "sft token-mean";
-  cases[0].options.loss_type = LossType::kSftLoss;
+  cases[0].options.loss_type = trainer::LossType::kSftLoss;
   cases[0].options.loss_aggregation = algorithms::LossAggregation::kTokenMean;
   cases[1].name = "ppo+kl+entropy";
   cases[1].options.policy_loss.use_kl_loss = true;
@@ -192,10 +187,10 @@ void run_scenario(const Scenario& scenario, const std::shared_ptr<comm::Communic
 
   // Log-probs and entropy, in the samples' order.
   {
-    const ResponseLogProbs want =
-        compute_log_probs(plain, batch, packing_options(1), 0.8, /*with_entropy=*/true);
-    const ResponseLogProbs got = compute_log_probs(model, subset(batch, mine), packing_options(cp),
-                                                   0.8, /*with_entropy=*/true);
+    const trainer::ResponseLogProbs want =
+        trainer::compute_log_probs(plain, batch, packing_options(1), 0.8, /*with_entropy=*/true);
+    const trainer::ResponseLogProbs got = trainer::compute_log_probs(
+        model, subset(batch, mine), packing_options(cp), 0.8, /*with_entropy=*/true);
     double log_prob_diff = 0, entropy_diff = 0;
     for (size_t i = 0; i < mine.size(); ++i) {
       const size_t index = static_cast<size_t>(mine[i]);
@@ -215,7 +210,8 @@ void run_scenario(const Scenario& scenario, const std::shared_ptr<comm::Communic
       // of it in one micro-batch), which changes only the order of fp32 roundings.
       PackingOptions whole = packing_options(1);
       whole.max_tokens_per_gpu = 1000;
-      const ResponseLogProbs repacked = compute_log_probs(plain, batch, whole, 0.8, true);
+      const trainer::ResponseLogProbs repacked =
+          trainer::compute_log_probs(plain, batch, whole, 0.8, true);
       double repacked_diff = 0;
       for (size_t i = 0; i < batch.size(); ++i) {
         repacked_diff =
@@ -230,7 +226,7 @@ void run_scenario(const Scenario& scenario, const std::shared_ptr<comm::Communic
 
   // The gradient of one step, for each loss.
   for (const LossCase& loss : loss_cases(cp)) {
-    TrainStepOptions plain_step = loss.options;
+    trainer::TrainStepOptions plain_step = loss.options;
     plain_step.packing.context_parallel_size = 1;
     const std::vector<PackingSample> samples =
         loss.num_samples > 0
@@ -239,8 +235,9 @@ void run_scenario(const Scenario& scenario, const std::shared_ptr<comm::Communic
             : batch;
     const std::vector<int64_t> share =
         split_across_ranks(sample_lengths(samples), scenario.world, loss.options.packing)[rank];
-    const TrainStepOutput want = accumulate_gradients(plain, samples, plain_step);
-    const TrainStepOutput got = accumulate_gradients(model, subset(samples, share), loss.options);
+    const trainer::TrainStepResult want = trainer::accumulate_gradients(plain, samples, plain_step);
+    const trainer::TrainStepResult got =
+        trainer::accumulate_gradients(model, subset(samples, share), loss.options);
     const auto want_grads = full_values(plain.sharded(), /*gradients=*/true);
     const auto got_grads = full_values(model.sharded(), /*gradients=*/true);
     double diff = 0, magnitude = 0;
@@ -270,13 +267,14 @@ void run_scenario(const Scenario& scenario, const std::shared_ptr<comm::Communic
   ShardedAdamW plain_optimizer(plain.sharded(), adam);
   ShardedAdamW optimizer(model.sharded(), adam);
   const LossCase ppo = loss_cases(cp)[1];
-  TrainStepOptions plain_step = ppo.options;
+  trainer::TrainStepOptions plain_step = ppo.options;
   plain_step.packing = packing_options(1);
   double loss_diff = 0;
   for (int step = 1; step <= 3; ++step) {
     const std::vector<PackingSample> step_batch = global_batch(step);
-    const TrainStepOutput want = train_step(plain, plain_optimizer, kLr, step_batch, plain_step);
-    const TrainStepOutput got =
+    const trainer::TrainStepResult want =
+        train_step(plain, plain_optimizer, kLr, step_batch, plain_step);
+    const trainer::TrainStepResult got =
         train_step(model, optimizer, kLr, subset(step_batch, mine), ppo.options);
     loss_diff = std::max(loss_diff, std::abs(got.metrics.at("loss") - want.metrics.at("loss")) /
                                         std::abs(want.metrics.at("loss")));
@@ -327,14 +325,15 @@ void run_bf16_scenario(const Scenario& scenario, const std::shared_ptr<comm::Com
   ShardedAdamW plain_optimizer(plain.sharded(), ShardedAdamWOptions{});
   ShardedAdamW optimizer(model.sharded(), ShardedAdamWOptions{});
   LossCase ppo = loss_cases(scenario.cp_size)[1];
-  TrainStepOptions plain_step = ppo.options;
+  trainer::TrainStepOptions plain_step = ppo.options;
   plain_step.packing = packing_options(1);
   for (int step = 1; step <= 2; ++step) {
     const std::vector<PackingSample> batch = global_batch(step);
     const std::vector<int64_t> mine = split_across_ranks(
         sample_lengths(batch), scenario.world, packing_options(scenario.cp_size))[world->rank()];
-    const TrainStepOutput want = train_step(plain, plain_optimizer, 1e-3, batch, plain_step);
-    const TrainStepOutput got =
+    const trainer::TrainStepResult want =
+        train_step(plain, plain_optimizer, 1e-3, batch, plain_step);
+    const trainer::TrainStepResult got =
         train_step(model, optimizer, 1e-3, subset(batch, mine), ppo.options);
     const double want_entropy = want.metrics.at("entropy_loss");
     const double got_entropy = got.metrics.at("entropy_loss");
@@ -368,15 +367,15 @@ void run_memory_scenario(const Scenario& scenario, const std::shared_ptr<comm::C
   FsdpTransformer model(fsdp_test::make_model(false), world, options);
   std::vector<int64_t> tokens(kMemoryTokens);
   for (int64_t t = 0; t < kMemoryTokens; ++t) tokens[t] = (t * 7919) % 256;
-  const std::vector<PackingSample> samples = {language_modeling_sample(tokens)};
-  TrainStepOptions step;
-  step.loss_type = LossType::kSftLoss;
+  const std::vector<PackingSample> samples = {trainer::language_modeling_sample(tokens)};
+  trainer::TrainStepOptions step;
+  step.loss_type = trainer::LossType::kSftLoss;
   step.packing.context_parallel_size = scenario.cp_size;
-  accumulate_gradients(model, samples, step);  // buffers that live across steps come first
+  trainer::accumulate_gradients(model, samples, step);  // buffers that live across steps come first
   model.zero_grad();
   reset_peak_cpu_bytes();
   const int64_t before = cpu_bytes_in_use();
-  accumulate_gradients(model, samples, step);
+  trainer::accumulate_gradients(model, samples, step);
   const int64_t activation = peak_cpu_bytes() - before;
   model.zero_grad();
   check(activation > 0, "no allocation was counted");
@@ -386,72 +385,24 @@ void run_memory_scenario(const Scenario& scenario, const std::shared_ptr<comm::C
               static_cast<long long>(kMemoryTokens));
 }
 
-// One rank in a forked child: joins the world group through a store hosted by rank 0, runs the
-// scenario with one intra-op thread, exits 0 when every check passed, 1 when one failed, 2 on an
-// exception.
-[[noreturn]] void run_rank(const Scenario& scenario, int rank, int port, const std::string& dir) {
-  const std::string log = dir + "/rank" + std::to_string(rank);
-  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ::dup2(fd, STDOUT_FILENO);
-  ::dup2(fd, STDERR_FILENO);
-  ::close(fd);
-  at::set_num_threads(1);
-  int failures = 0;
-  auto check = [&](bool ok, const std::string& what) {
-    if (ok) return;
-    std::cerr << "CHECK FAILED (rank " << rank << "): " << what << std::endl;
-    ++failures;
-  };
-  std::shared_ptr<comm::TcpStore> store;  // outlives the group
-  try {
-    const milliseconds timeout(120000);
-    store = std::make_shared<comm::TcpStore>("127.0.0.1", port, rank, rank == 0, timeout);
-    std::shared_ptr<comm::Communicator> world =
-        comm::make_gloo_communicator(store, rank, scenario.world, "trainer", timeout);
-    if (scenario.bf16) {
-      run_bf16_scenario(scenario, world, check);
-    } else if (scenario.memory) {
-      run_memory_scenario(scenario, world, check, dir);
-    } else {
-      run_scenario(scenario, world, check);
-    }
-    world->barrier();  // rank 0 hosts the store: keep it up until everyone is done
-  } catch (const std::exception& e) {
-    std::cerr << "UNEXPECTED ERROR (rank " << rank << "): " << e.what() << std::endl;
-    std::fflush(nullptr);
-    std::_Exit(2);
-  }
-  std::cout << "rank " << rank << (failures ? " failed" : " passed") << std::endl;
-  std::fflush(nullptr);
-  std::_Exit(failures ? 1 : 0);
-}
-
-// Forks the scenario's ranks from this test process (which runs no torch code itself) and
-// expects each to pass; prints rank 0's log, which reports the errors measured. Returns the
+// Forks the scenario's ranks (tests/support/forked_ranks.h) and runs it on each; returns the
 // directory the ranks wrote to.
 std::string run_group(const Scenario& scenario) {
-  const std::string dir = testing::make_temp_dir("fsdp-cp");
-  const int port = testing::pick_free_port();
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < scenario.world; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) run_rank(scenario, r, port, dir);
-    pids.push_back(pid);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(280);
-  for (int r = 0; r < scenario.world; ++r) {
-    const testing::ExitStatus status =
-        testing::wait_for_exit(pids[static_cast<size_t>(r)], deadline);
-    std::ifstream in(dir + "/rank" + std::to_string(r));
-    std::stringstream text;
-    text << in.rdbuf();
-    EXPECT_TRUE(status.exited && status.code == 0)
-        << scenario.name << " rank " << r << ": " << status.describe() << "\n"
-        << text.str();
-    if (r == 0) std::cout << text.str();
-  }
-  return dir;
+  testing::ForkedRanksOptions options;
+  options.collective_timeout = milliseconds(120000);
+  options.deadline = std::chrono::seconds(280);
+  return testing::run_forked_ranks(
+      scenario.name, scenario.world,
+      [&](const testing::RankContext& rank) {
+        if (scenario.bf16) {
+          run_bf16_scenario(scenario, rank.group, rank.check);
+        } else if (scenario.memory) {
+          run_memory_scenario(scenario, rank.group, rank.check, rank.dir);
+        } else {
+          run_scenario(scenario, rank.group, rank.check);
+        }
+      },
+      options);
 }
 
 TEST(ContextParallelTraining, TwoRanksRingMatchPlainTraining) {
@@ -546,5 +497,5 @@ TEST(ContextParallelDealing, TokenBudgetCountsEachRanksShare) {
                   "context_parallel_size");
 }
 
-}  // namespace
+}  // namespace context_parallel_test
 }  // namespace ooze::fsdp

@@ -1,6 +1,6 @@
 // One rank of a multi-process fsdp test. The test starts W of these on loopback; they form a
 // Gloo group through a TcpStore hosted by rank 0 and train each configuration in turn on their
-// slice of the shared global batches (tests/fsdp/training_fixture.h). Rank 0 writes, per
+// slice of the shared global batches (tests/support/training_fixture.h). Rank 0 writes, per
 // configuration, OUT_DIR/NAME.safetensors: the full trained parameters, with the losses, the
 // gradient norms and every rank's allocated bytes as metadata. Exit 0: done; 1: a check failed
 // (printed); 2: an exception.
@@ -52,11 +52,11 @@
 #include "fsdp/hf_export.h"
 #include "fsdp/lr_schedule.h"
 #include "fsdp/optimizer_step.h"
-#include "fsdp/reference_model.h"
 #include "fsdp/sharded_adamw.h"
 #include "fsdp/sharded_loading.h"
 #include "fsdp/storage.h"
-#include "tests/fsdp/training_fixture.h"
+#include "tests/support/training_fixture.h"
+#include "trainer/reference_model.h"
 
 using namespace ooze;
 using namespace ooze::fsdp_test;
@@ -471,14 +471,15 @@ void run_hf_export(const std::map<std::string, std::string>& config,
 // response tokens), concatenated and gathered from every rank.
 torch::Tensor score_slices(
     const std::shared_ptr<comm::Communicator>& comm, int64_t vocab,
-    const std::function<fsdp::ResponseLogProbs(const std::vector<fsdp::PackingSample>&)>& score) {
+    const std::function<trainer::ResponseLogProbs(const std::vector<fsdp::PackingSample>&)>&
+        score) {
   const int per_rank = kGlobalSequences / comm->size();
-  const fsdp::ResponseLogProbs scored =
+  const trainer::ResponseLogProbs scored =
       score(samples_of(global_sequences(kScoreStep, vocab), comm->rank() * per_rank, per_rank));
   return gather_from_ranks(comm, torch::cat(scored.log_probs));
 }
 
-void check_frozen(const fsdp::ReferenceModel& reference, const std::string& which) {
+void check_frozen(const trainer::ReferenceModel& reference, const std::string& which) {
   for (const auto& parameter : reference.model()->parameters()) {
     if (parameter.requires_grad() || parameter.grad().defined()) {
       fail(which + " reference model has a parameter that requires or holds a gradient");
@@ -498,18 +499,19 @@ void check_frozen(const fsdp::ReferenceModel& reference, const std::string& whic
 void run_reference(const std::map<std::string, std::string>& config,
                    std::shared_ptr<comm::Communicator> comm, const std::string& out_dir) {
   fsdp::FsdpTransformer policy(make_model(false), comm);
-  fsdp::ReferenceModel copy = fsdp::ReferenceModel::copy_of(policy);
+  trainer::ReferenceModel copy = trainer::ReferenceModel::copy_of(policy);
   fsdp::ShardedAdamW optimizer(policy.sharded(), adam_options());
   TrainSettings settings;
   settings.steps = 2;
   settings.lr = 1e-3;
   train_fsdp(policy, optimizer, settings);  // must not move the reference
-  fsdp::ReferenceModel from_hf = fsdp::ReferenceModel::from_hf_checkpoint(config.at("hf"), comm);
+  trainer::ReferenceModel from_hf =
+      trainer::ReferenceModel::from_hf_checkpoint(config.at("hf"), comm);
   check_frozen(copy, "the copied");
   check_frozen(from_hf, "the loaded");
 
   const int64_t vocab = policy.model()->config().vocab_size;
-  const auto reference_score = [](fsdp::ReferenceModel& reference) {
+  const auto reference_score = [](trainer::ReferenceModel& reference) {
     return [&reference](const std::vector<fsdp::PackingSample>& samples) {
       return reference.compute_log_probs(samples, fsdp::PackingOptions{});
     };
@@ -519,7 +521,7 @@ void run_reference(const std::map<std::string, std::string>& config,
       {"hf_log_probs", score_slices(comm, vocab, reference_score(from_hf))},
       {"policy_log_probs",
        score_slices(comm, vocab, [&policy](const std::vector<fsdp::PackingSample>& samples) {
-         return fsdp::compute_log_probs(policy, samples, fsdp::PackingOptions{});
+         return trainer::compute_log_probs(policy, samples, fsdp::PackingOptions{});
        })}};
   check_frozen(copy, "the copied");
   write_outcome(comm, out_dir, config.at("name"), tensors, {});

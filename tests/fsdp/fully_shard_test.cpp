@@ -17,10 +17,10 @@
 #include "fsdp/sharded_adamw.h"
 #include "fsdp/sharded_loading.h"
 #include "fsdp/storage.h"
-#include "tests/fsdp/training_fixture.h"
 #include "tests/support/process.h"
+#include "tests/support/training_fixture.h"
 
-namespace {
+namespace fully_shard_test {
 
 using ooze::fsdp::FlatParam;
 using ooze::fsdp::FsdpTransformer;
@@ -320,4 +320,4 @@ TEST_F(FsdpSingleRank, LoadsItsRangesFromSafetensors) {
   }
 }
 
-}  // namespace
+}  // namespace fully_shard_test

@@ -1,7 +1,7 @@
 // Trained sharded weights outside the trainer, across real rank processes
 // (tests/fsdp/fsdp_worker.cpp) at W = 2: the streamed Hugging Face export (fsdp/hf_export.h)
 // loads into a plain TransformerModel that gives the sharded model's logits exactly, and the
-// frozen reference model (fsdp/reference_model.h) scores tokens as the plain model does.
+// frozen reference model (trainer/reference_model.h) scores tokens as the plain model does.
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
@@ -21,11 +21,11 @@
 #include "models/hf_checkpoint.h"
 #include "models/log_probs.h"
 #include "models/model_config.h"
-#include "tests/fsdp/training_fixture.h"
 #include "tests/fsdp/worker_launcher.h"
 #include "tests/support/process.h"
+#include "tests/support/training_fixture.h"
 
-namespace {
+namespace hf_export_test {
 
 namespace fs = std::filesystem;
 using namespace ooze::fsdp_test;
@@ -211,4 +211,4 @@ TEST(FsdpReferenceModel, ScoresAsThePlainModelAndStaysFrozen) {
   EXPECT_GT(max_abs_difference(want_hf.fp32, want_copy.fp32), 1e-3);  // different models
 }
 
-}  // namespace
+}  // namespace hf_export_test

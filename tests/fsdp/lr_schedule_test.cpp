@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 
-namespace {
+namespace lr_schedule_test {
 
 using ooze::fsdp::LrDecayStyle;
 using ooze::fsdp::LrSchedule;
@@ -144,4 +144,4 @@ TEST(LrSchedule, RefusesInconsistentOptions) {
   expect_refused(o, 100, "--lr-wsd-decay-iters");
 }
 
-}  // namespace
+}  // namespace lr_schedule_test

@@ -17,11 +17,11 @@
 #include "core/safetensors.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/sharded_adamw.h"
-#include "tests/fsdp/training_fixture.h"
 #include "tests/fsdp/worker_launcher.h"
 #include "tests/support/process.h"
+#include "tests/support/training_fixture.h"
 
-namespace {
+namespace multi_rank_test {
 
 using namespace ooze::fsdp_test;
 using std::chrono::milliseconds;
@@ -236,4 +236,4 @@ TEST(FsdpMultiRank, TwoRanksTrainAsOne) { run_and_check(2); }
 
 TEST(FsdpMultiRank, FourRanksTrainAsOne) { run_and_check(4); }
 
-}  // namespace
+}  // namespace multi_rank_test

@@ -15,7 +15,7 @@
 #include "core/error.h"
 
 namespace ooze::fsdp {
-namespace {
+namespace packing_test {
 
 const std::vector<std::string> kValueNames = {"advantages", "old_log_probs", "ref_log_probs",
                                               "rollout_log_probs"};
@@ -376,9 +376,9 @@ TEST(PlanBatch, GiantSequenceGetsItsOwnMicroBatchAndAWarning) {
   std::vector<int64_t> lengths = long_tailed_lengths(40, 9, 200, 1000);
   lengths[17] = 50000;
   const PackingOptions options = dynamic_options(4096);
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   const BatchPlan plan = plan_batch(lengths, 2, options);
-  const std::string log = testing::internal::GetCapturedStderr();
+  const std::string log = ::testing::internal::GetCapturedStderr();
   check_plan(plan, lengths, 2, options);
   EXPECT_NE(log.find("sample 17 has 50000 tokens"), std::string::npos) << log;
   int holders = 0;
@@ -461,5 +461,5 @@ TEST(PackingOptions, FromTheBatchingFieldsItDeclares) {
   expect_error([&] { load_config(schema, "", {"--micro-batch-size", "0"}); }, "--micro-batch-size");
 }
 
-}  // namespace
+}  // namespace packing_test
 }  // namespace ooze::fsdp

@@ -16,7 +16,7 @@
 #include "fsdp/grad_clip.h"
 #include "fsdp/optimizer_step.h"
 
-namespace {
+namespace sharded_adamw_test {
 
 using ooze::fsdp::FlatParam;
 using ooze::fsdp::FullyShardedModule;
@@ -224,4 +224,4 @@ TEST_F(ShardedOptimizer, RefusesBadOptions) {
   EXPECT_THROW(adamw.step(std::numeric_limits<double>::quiet_NaN()), ooze::Error);
 }
 
-}  // namespace
+}  // namespace sharded_adamw_test

@@ -20,15 +20,15 @@
 
 #include "actors/errors.h"
 #include "actors/runtime.h"
-#include "fsdp/train_step.h"
 #include "launcher/train_plan.h"
-#include "launcher/trainer_group.h"
-#include "rollout/http_client.h"
-#include "tests/rollout/tiny_model.h"
+#include "serving/http_client.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/tiny_model.h"
+#include "trainer/train_step.h"
+#include "trainer/trainer_group.h"
 
 namespace ooze::launcher {
-namespace {
+namespace engine_supervisor_test {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
@@ -54,7 +54,7 @@ class EngineSupervisorJob : public ::testing::Test {
  protected:
   static void start(const std::vector<std::string>& placement_flags) {
     std::vector<std::string> flags = {"--hf-checkpoint",
-                                      rollout::testing::tiny_model_dir(),
+                                      ::ooze::testing::tiny_model_dir(),
                                       "--rollout-batch-size",
                                       "2",
                                       "--n-samples-per-prompt",
@@ -97,28 +97,28 @@ class EngineSupervisorJob : public ::testing::Test {
     actors::shutdown();
   }
 
-  static const actors::ActorHandle<rollout::RolloutEngine>& engine(size_t e) {
+  static const actors::ActorHandle<serving::RolloutEngine>& engine(size_t e) {
     return job_->engines.at(e);
   }
   static int pid_of(size_t e) { return engine(e).info().pid; }
-  static rollout::EngineStats stats(size_t e) {
-    return engine(e).call(&rollout::RolloutEngine::stats).get(60s);
+  static engine::EngineStats stats(size_t e) {
+    return engine(e).call(&serving::RolloutEngine::stats).get(60s);
   }
   static Checksums checksums(size_t e) {
-    return engine(e).call(&rollout::RolloutEngine::weight_checksums).get(60s);
+    return engine(e).call(&serving::RolloutEngine::weight_checksums).get(60s);
   }
 
   // One SFT step on fixed sequences, so the trainer's weights leave the initial ones; then the
   // sync to `version` everywhere.
   static void train_and_sync(int64_t version) {
-    TrainBatch batch;
+    trainer::TrainBatch batch;
     for (int s = 0; s < 4; ++s) {
       std::vector<int64_t> tokens;
       for (int t = 0; t < 10; ++t) tokens.push_back((version * 31 + s * 7 + t * 3) % 200 + 10);
-      batch.samples.push_back(fsdp::language_modeling_sample(tokens));
+      batch.samples.push_back(trainer::language_modeling_sample(tokens));
     }
-    train_step(job_->trainers, batch, fsdp::PackingOptions{});
-    actors::get_all(job_->trainers.call_all(&TrainActor::update_weights, version,
+    trainer::train_step(job_->trainers, batch, fsdp::PackingOptions{});
+    actors::get_all(job_->trainers.call_all(&trainer::TrainActor::update_weights, version,
                                             /*abort_in_flight=*/true));
   }
 
@@ -129,12 +129,12 @@ class EngineSupervisorJob : public ::testing::Test {
   }
   // POST /generate straight to a server.
   static json generate_at(const std::string& url, const json& body) {
-    rollout::HttpRequest request;
+    serving::HttpRequest request;
     request.method = "POST";
     request.target = "/generate";
     request.body = body.dump();
     request.timeout = 60s;
-    const rollout::HttpResponse response = rollout::HttpClient(url).send(request);
+    const serving::HttpResponse response = serving::HttpClient(url).send(request);
     EXPECT_EQ(response.status, 200) << response.body;
     return json::parse(response.body);
   }
@@ -143,7 +143,7 @@ class EngineSupervisorJob : public ::testing::Test {
   static void expect_all_at(int64_t version) {
     const Checksums reference = checksums(0);
     for (size_t e = 0; e < job_->engines.size(); ++e) {
-      const rollout::EngineStats s = stats(e);
+      const engine::EngineStats s = stats(e);
       EXPECT_EQ(s.weight_version, version) << "engine " << e;
       EXPECT_FALSE(s.weights_incomplete) << "engine " << e;
       EXPECT_EQ(checksums(e), reference) << "engine " << e << " differs from engine 0";
@@ -179,7 +179,7 @@ TEST_F(ColocatedEngineSupervisorTest, AKilledEngineFailsOverThenComesBackAtTheTr
   const int restarts_before = supervisor_->restarts()[1];
 
   // Long greedy requests on both engines; engine 1 dies with some of them in flight.
-  rollout::RouteOptions retry;
+  serving::RouteOptions retry;
   retry.retry = true;
   std::vector<std::future<json>> requests;
   for (int i = 0; i < 8; ++i) {
@@ -264,16 +264,16 @@ class DisaggregatedEngineSupervisorTest : public EngineSupervisorJob {
 };
 
 TEST_F(DisaggregatedEngineSupervisorTest, ASyncInterruptedByAKilledEngineIsCompletedByRecover) {
-  TrainBatch batch;
+  trainer::TrainBatch batch;
   for (int s = 0; s < 4; ++s) {
-    batch.samples.push_back(fsdp::language_modeling_sample({5, 6, 7, 8, 9, 10, 11, int64_t(s)}));
+    batch.samples.push_back(trainer::language_modeling_sample({5, 6, 7, 8, 9, 10, 11, int64_t(s)}));
   }
-  train_step(job_->trainers, batch, fsdp::PackingOptions{});
+  trainer::train_step(job_->trainers, batch, fsdp::PackingOptions{});
   // Engine 1 stops answering; the sync begins on engine 0 and waits for engine 1, which then
   // dies: engine 0 is left with a sync it cannot finish.
   const int pid = pid_of(1);
   ASSERT_EQ(::kill(pid, SIGSTOP), 0);
-  auto sync = job_->trainers.call_all(&TrainActor::update_weights, int64_t{1}, true);
+  auto sync = job_->trainers.call_all(&trainer::TrainActor::update_weights, int64_t{1}, true);
   ASSERT_TRUE(eventually([&] { return stats(0).syncing_weights; }, 20s));
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   try {
@@ -294,14 +294,5 @@ TEST_F(DisaggregatedEngineSupervisorTest, ASyncInterruptedByAKilledEngineIsCompl
   EXPECT_EQ(job_->router->generate(probe)["meta_info"]["weight_version"], 1);
 }
 
-}  // namespace
+}  // namespace engine_supervisor_test
 }  // namespace ooze::launcher
-
-// The runtime starts this same program as the worker that hosts each trainer rank and engine.
-int main(int argc, char** argv) {
-  ::setenv("OMP_NUM_THREADS", "1", 1);
-  at::set_num_threads(1);
-  ooze::actors::run_worker_if_requested();
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

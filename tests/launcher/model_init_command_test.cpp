@@ -23,7 +23,7 @@
 #include "tests/support/process.h"
 
 namespace ooze::launcher {
-namespace {
+namespace model_init_command_test {
 
 namespace fs = std::filesystem;
 
@@ -219,5 +219,5 @@ TEST_F(ModelInitCommandTest, BadFlagsAreReportedClearlyAndNothingIsWritten) {
   EXPECT_FALSE(fs::exists(out));
 }
 
-}  // namespace
+}  // namespace model_init_command_test
 }  // namespace ooze::launcher

@@ -20,7 +20,7 @@
 #include "tests/support/process.h"
 
 namespace ooze::launcher {
-namespace {
+namespace plot_command_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -280,5 +280,5 @@ TEST_F(PlotCommandTest, TheOozeBinaryRunsIt) {
   EXPECT_CONTAINS(missing.output(), "ooze plot: run directory '" + run_ + "/nope' does not exist");
 }
 
-}  // namespace
+}  // namespace plot_command_test
 }  // namespace ooze::launcher

@@ -12,7 +12,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::launcher {
-namespace {
+namespace reward_command_test {
 
 using nlohmann::json;
 
@@ -78,18 +78,20 @@ TEST(RewardCommandTest, DapoGivesItsObjectAndBoxedPrefixReducesTheResponse) {
 TEST(RewardCommandTest, UnknownTypesAndMissingPluginsFailBeforeReading) {
   std::istringstream in("{\"response\": \"1\"}\n");
   std::ostringstream out;
-  EXPECT_CONTAINS(ooze::testing::error_message_of<ConfigError>(
-                      [&] { run_reward_command({"--rm-type", "maths"}, in, out); }),
+  EXPECT_CONTAINS(ooze::testing::error_message_of<ConfigError>([&] {
+                    run_reward_command({"--rm-type", "maths"}, in, out);
+                  }),
                   "maths");
   EXPECT_CONTAINS(ooze::testing::error_message_of<rollout::PluginError>([&] {
                     run_reward_command({"--custom-rm-path", "/nonexistent/lib.so:fn"}, in, out);
                   }),
                   "/nonexistent/lib.so");
-  EXPECT_CONTAINS(ooze::testing::error_message_of<ConfigError>(
-                      [&] { run_reward_command({"--rm-type", "remote_rm"}, in, out); }),
+  EXPECT_CONTAINS(ooze::testing::error_message_of<ConfigError>([&] {
+                    run_reward_command({"--rm-type", "remote_rm"}, in, out);
+                  }),
                   "--rm-url");
   EXPECT_TRUE(out.str().empty());
 }
 
-}  // namespace
+}  // namespace reward_command_test
 }  // namespace ooze::launcher

@@ -9,11 +9,11 @@
 
 #include "models/tokenizer.h"
 #include "rollout/sample_json.h"
-#include "tests/rollout/tiny_model.h"
 #include "tests/support/process.h"
+#include "tests/support/tiny_model.h"
 
 namespace ooze::launcher {
-namespace {
+namespace rollout_command_test {
 
 using ::ooze::testing::ooze_binary;
 
@@ -43,7 +43,7 @@ std::vector<json> json_lines(const std::string& output) {
 TEST(RolloutCommandTest, RunsRolloutsAndEvaluationsAgainstLocalEngines) {
   if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::string dir = ::ooze::testing::make_temp_dir("rollout-command");
-  const std::string model = rollout::testing::tiny_model_dir();
+  const std::string model = ::ooze::testing::tiny_model_dir();
   ::ooze::testing::Process run({ooze_binary(),
                                 "rollout",
                                 "--hf-checkpoint",
@@ -138,7 +138,7 @@ TEST(RolloutCommandTest, BadDataFailsBeforeAnyEngineStarts) {
   const std::string data = dir + "/bad.jsonl";
   std::ofstream(data) << "{\"input\": \"fine\"}\n{\"question\": \"no input\"}\n";
   ::ooze::testing::Process run(
-      {ooze_binary(), "rollout", "--hf-checkpoint", rollout::testing::tiny_model_dir(),
+      {ooze_binary(), "rollout", "--hf-checkpoint", ::ooze::testing::tiny_model_dir(),
        "--prompt-data", data, "--rm-type", "math"},
       {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
   const ::ooze::testing::ExitStatus status = run.wait(60s);
@@ -147,5 +147,5 @@ TEST(RolloutCommandTest, BadDataFailsBeforeAnyEngineStarts) {
   EXPECT_EQ(run.output().find("in the rotation"), std::string::npos) << "engines were started";
 }
 
-}  // namespace
+}  // namespace rollout_command_test
 }  // namespace ooze::launcher

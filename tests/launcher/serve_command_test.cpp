@@ -7,17 +7,17 @@
 #include <regex>
 #include <thread>
 
-#include "tests/rollout/http_test_client.h"
-#include "tests/rollout/tiny_model.h"
+#include "tests/support/http_test_client.h"
 #include "tests/support/process.h"
+#include "tests/support/tiny_model.h"
 
 namespace ooze::launcher {
-namespace {
+namespace serve_command_test {
 
 using ::ooze::testing::ooze_binary;
 
 using nlohmann::json;
-using rollout::testing::TestHttpClient;
+using ::ooze::testing::TestHttpClient;
 
 // The port of the "listening on http://HOST:PORT" line, once printed (0 until then).
 int wait_for_port(const ::ooze::testing::Process& process, std::chrono::seconds limit) {
@@ -38,14 +38,14 @@ TEST(ServeCommand, ServesUntilSigtermThenAbortsAndExitsZero) {
   }
   const std::string dir = ::ooze::testing::make_temp_dir("serve");
   ::ooze::testing::Process serve(
-      {ooze_binary(), "serve", "--model", rollout::testing::tiny_model_dir(), "--port", "0",
+      {ooze_binary(), "serve", "--model", ::ooze::testing::tiny_model_dir(), "--port", "0",
        "--kv-cache-blocks", "512", "--threads", "1", "--api-key", "serve-key",
        "--served-model-name", "tiny"},
       {{"OMP_NUM_THREADS", "1"}}, dir + "/serve.log");
   const int port = wait_for_port(serve, std::chrono::seconds(60));
   ASSERT_GT(port, 0) << serve.output();
   const uint16_t server_port = static_cast<uint16_t>(port);
-  const rollout::testing::TestHeaders auth = {{"Authorization", "Bearer serve-key"}};
+  const ::ooze::testing::TestHeaders auth = {{"Authorization", "Bearer serve-key"}};
 
   TestHttpClient client(server_port);
   EXPECT_EQ(client.request("GET", "/health").status, 200);
@@ -53,7 +53,7 @@ TEST(ServeCommand, ServesUntilSigtermThenAbortsAndExitsZero) {
   EXPECT_EQ(client.request("GET", "/v1/models", "", auth).json()["data"][0]["id"], "tiny");
   const json greedy = {{"text", "hello"},
                        {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 4}}}};
-  rollout::testing::HttpReply reply = client.post_json("/generate", greedy, auth);
+  ::ooze::testing::HttpReply reply = client.post_json("/generate", greedy, auth);
   ASSERT_EQ(reply.status, 200) << reply.body;
   EXPECT_EQ(reply.json()["meta_info"]["completion_tokens"], 4);
 
@@ -86,5 +86,5 @@ TEST(ServeCommand, MissingModelIsAnError) {
   EXPECT_NE(serve.output().find("model"), std::string::npos) << serve.output();
 }
 
-}  // namespace
+}  // namespace serve_command_test
 }  // namespace ooze::launcher

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "core/checksum.h"
-#include "tests/rollout/tiny_model.h"
 #include "tests/support/process.h"
+#include "tests/support/tiny_model.h"
 
 namespace ooze::testing {
 
@@ -53,7 +53,7 @@ inline std::vector<std::string> tiny_train_command(const std::string& dir,
   std::vector<std::string> command = {ooze_binary(),
                                       "train",
                                       "--hf-checkpoint",
-                                      rollout::testing::tiny_model_dir(),
+                                      ::ooze::testing::tiny_model_dir(),
                                       "--prompt-data",
                                       prompts,
                                       "--label-key",

@@ -15,7 +15,7 @@
 #include "models/byte_level_tokenizer.h"
 #include "tests/support/process.h"
 
-namespace {
+namespace tokenize_command_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -170,4 +170,4 @@ TEST_F(TokenizeCommandTest, BadArgumentsThrow) {
   EXPECT_THROW(run({"--tokenizer", dir_ + "/missing"}, ""), ooze::IoError);
 }
 
-}  // namespace
+}  // namespace tokenize_command_test

@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "tests/launcher/tiny_train_command.h"
-#include "tests/rollout/tiny_model.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/process.h"
+#include "tests/support/tiny_model.h"
 
 namespace ooze::launcher {
-namespace {
+namespace train_cluster_test {
 
 using nlohmann::json;
 using ::ooze::testing::ExitStatus;
@@ -254,7 +254,7 @@ TEST(TrainClusterTokenTest, JoiningWithoutTheTokenSaysWhereItIsFound) {
   Process run(
       {ooze_binary(), "train", "--address",
        "127.0.0.1:" + std::to_string(::ooze::testing::pick_free_port()), "--hf-checkpoint",
-       rollout::testing::tiny_model_dir(), "--prompt-data", dir + "/train.jsonl", "--rm-type",
+       ::ooze::testing::tiny_model_dir(), "--prompt-data", dir + "/train.jsonl", "--rm-type",
        "random", "--num-rollout", "1", "--rollout-batch-size", "1", "--output-dir", dir + "/out"},
       {{"OOZE_CLUSTER_DIR", dir + "/no-cluster"}, {"OOZE_CLUSTER_TOKEN", ""}}, dir + "/log.txt");
   const ExitStatus status = run.wait(30s);
@@ -263,5 +263,5 @@ TEST(TrainClusterTokenTest, JoiningWithoutTheTokenSaysWhereItIsFound) {
   EXPECT_CONTAINS(run.output(), "$OOZE_CLUSTER_DIR/token");
 }
 
-}  // namespace
+}  // namespace train_cluster_test
 }  // namespace ooze::launcher

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "tests/launcher/tiny_train_command.h"
-#include "tests/rollout/tiny_model.h"
 #include "tests/support/process.h"
+#include "tests/support/tiny_model.h"
 
 namespace ooze::launcher {
-namespace {
+namespace train_command_test {
 
 using ::ooze::testing::ooze_binary;
 
@@ -279,7 +279,7 @@ TEST(TrainCommandTest, AsyncTrainingKeepsEverySampleWithinTheStalenessBound) {
 // Supervised fine-tuning through the same loop: the sft rollout makes each label the response
 // (no engine starts), the SFT loss trains on it, and a resumed run continues at the prompt
 // position and loss of the uninterrupted one.
-TEST(TrainCommandTest, TheSftRolloutTrainsOnLabelsAndResumesAtItsPromptPosition) {
+TEST(TrainCommandTest, TheSftRolloutTrainsOnLabelsAndResumesAtItsPromptPositionOnOtherRanks) {
   if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::string dir = ::ooze::testing::make_temp_dir("train-command-sft");
   const std::vector<std::string> sft = {
@@ -298,9 +298,12 @@ TEST(TrainCommandTest, TheSftRolloutTrainsOnLabelsAndResumesAtItsPromptPosition)
     const std::string path = dir + "/full/rollout_" + std::to_string(rollout_id) + ".jsonl";
     EXPECT_EQ(field_of(path, "response"), field_of(path, "label"));
   }
+  // Saved by 1 rank, resumed by 2 (with micro-batches and recomputed activations, which change
+  // no number): sharded checkpoints load at any world size.
   const TrainRun resumed = train(
       "sft-resumed", with({"--load", dir + "/ckpt", "--ckpt-step", "1", "--save-debug-rollout-data",
-                           dir + "/resumed/rollout_{rollout_id}.jsonl"}));
+                           dir + "/resumed/rollout_{rollout_id}.jsonl", "--actor-num-gpus-per-node",
+                           "2", "--micro-batch-size", "1", "--gradient-checkpointing"}));
   ASSERT_EQ(resumed.steps.size(), 2u);
   for (int rollout_id : {1, 2}) {
     const std::string name = "/rollout_" + std::to_string(rollout_id) + ".jsonl";
@@ -344,7 +347,7 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
     const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");
     // DIR: a directory that is not a model; DIR/config_only: a model's config.json alone.
     std::filesystem::create_directories(dir + "/config_only");
-    std::filesystem::copy_file(rollout::testing::tiny_model_dir() + "/config.json",
+    std::filesystem::copy_file(::ooze::testing::tiny_model_dir() + "/config.json",
                                dir + "/config_only/config.json");
     for (std::string& flag : flags) {
       if (flag.rfind("DIR", 0) == 0) flag = dir + flag.substr(3);
@@ -358,5 +361,5 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
   }
 }
 
-}  // namespace
+}  // namespace train_command_test
 }  // namespace ooze::launcher

@@ -19,7 +19,7 @@
 #include "tests/support/process.h"
 
 namespace ooze::launcher {
-namespace {
+namespace train_context_parallel_test {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
@@ -115,5 +115,5 @@ TEST(TrainContextParallelTest, TwoRanksOfOneCpGroupTrainAsTwoDataParallelRanks) 
   }
 }
 
-}  // namespace
+}  // namespace train_context_parallel_test
 }  // namespace ooze::launcher

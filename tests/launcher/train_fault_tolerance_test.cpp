@@ -22,7 +22,7 @@
 #include "tests/support/process.h"
 
 namespace ooze::launcher {
-namespace {
+namespace train_fault_tolerance_test {
 
 using nlohmann::json;
 using ::ooze::testing::ExitStatus;
@@ -137,5 +137,5 @@ TEST_F(TrainFaultToleranceTest, AnEngineKilledMidSyncIsRestartedAndBroughtToTheV
   std::printf("the kill %s the sync\n", mid_sync ? "interrupted" : "missed");
 }
 
-}  // namespace
+}  // namespace train_fault_tolerance_test
 }  // namespace ooze::launcher

@@ -20,7 +20,7 @@
 #include "tests/support/process.h"
 
 namespace ooze::launcher {
-namespace {
+namespace train_restart_test {
 
 using ::ooze::testing::checkpointing_train_command;
 using ::ooze::testing::ExitStatus;
@@ -258,5 +258,5 @@ TEST_F(TrainRestartTest, AKilledDriverLeavesNoProcessOfTheJobAndItsLastCheckpoin
       << "the resumed run did not save its rollout";
 }
 
-}  // namespace
+}  // namespace train_restart_test
 }  // namespace ooze::launcher

@@ -23,7 +23,7 @@
 #include "tests/support/process.h"
 
 namespace ooze::launcher {
-namespace {
+namespace train_shutdown_test {
 
 using ::ooze::testing::checkpointing_train_command;
 using ::ooze::testing::ooze_binary;
@@ -170,5 +170,5 @@ TEST_F(TrainShutdownTest, KilledTrainerRankStopsTheJobNamingTrainActorAndTheSign
   expect_killed_worker_stops_the_job("trainer", "TrainActor_rank_1", "TrainActor rank=1");
 }
 
-}  // namespace
+}  // namespace train_shutdown_test
 }  // namespace ooze::launcher

@@ -13,7 +13,7 @@
 
 namespace ooze {
 namespace models {
-namespace {
+namespace activation_checkpoint_test {
 
 // A residual MLP block: x + W2 silu(W1 x + b1) + b2, with an RMS-style norm that reads the
 // position ids captured by the lambda (a non-differentiable extra, as decoder layers have).
@@ -230,6 +230,6 @@ TEST_F(ActivationCheckpointTest, RejectsAnEmptyBlock) {
   EXPECT_THROW(checkpointed(CheckpointedBlock(), torch::ones({2}), {}), Error);
 }
 
-}  // namespace
+}  // namespace activation_checkpoint_test
 }  // namespace models
 }  // namespace ooze

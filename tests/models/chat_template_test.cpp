@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 
-namespace {
+namespace chat_template_test {
 
 namespace fs = std::filesystem;
 using ooze::models::ChatMessage;
@@ -259,4 +259,4 @@ TEST(ChatTemplateTest, UnsupportedTemplatesAndRolesAreRejected) {
   }
 }
 
-}  // namespace
+}  // namespace chat_template_test

@@ -12,7 +12,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::models {
-namespace {
+namespace context_parallel_split_test {
 
 // What rank `rank` of `cp_size` should hold: indices into the packed batch, -1 for padding.
 struct ExpectedRank {
@@ -190,5 +190,5 @@ TEST(ContextParallelSplit, BadArgumentsAreRefusedWithTheirValues) {
                   "expected a tensor of 4 rows");
 }
 
-}  // namespace
+}  // namespace context_parallel_split_test
 }  // namespace ooze::models

@@ -18,7 +18,7 @@
 #include "tests/support/process.h"
 
 namespace ooze::models {
-namespace {
+namespace hf_checkpoint_test {
 
 namespace fs = std::filesystem;
 
@@ -412,5 +412,5 @@ TEST_F(HfCheckpointTest, TransformerModelRoundTripsThroughShardedAndSingleFiles)
   }
 }
 
-}  // namespace
+}  // namespace hf_checkpoint_test
 }  // namespace ooze::models

@@ -20,7 +20,7 @@
 #include "models/transformer.h"
 #include "tests/support/expect_error.h"
 
-namespace {
+namespace kv_cache_test {
 
 using ooze::models::CacheStep;
 using ooze::models::KVCache;
@@ -460,4 +460,4 @@ TEST_F(KVCacheTest, ReleasedMemoryIsRefusedUntilReacquired) {
   EXPECT_LT(harness.worst(), kFp32Tolerance);
 }
 
-}  // namespace
+}  // namespace kv_cache_test

@@ -12,7 +12,7 @@
 
 namespace ooze {
 namespace models {
-namespace {
+namespace log_probs_test {
 
 class LogProbsTest : public ::testing::Test {
  protected:
@@ -271,6 +271,6 @@ TEST_F(LogProbsTest, RejectsBadArguments) {
   }
 }
 
-}  // namespace
+}  // namespace log_probs_test
 }  // namespace models
 }  // namespace ooze

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 
-namespace {
+namespace model_config_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -337,4 +337,4 @@ TEST(ModelConfigTest, LoadAndSaveFiles) {
   }
 }
 
-}  // namespace
+}  // namespace model_config_test

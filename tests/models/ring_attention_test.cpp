@@ -5,93 +5,33 @@
 #include "models/ring_attention.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "comm/gloo_communicator.h"
-#include "comm/tcp_store.h"
 #include "models/causal_attention.h"
 #include "models/context_parallel_split.h"
 #include "tests/support/expect_error.h"
-#include "tests/support/process.h"
+#include "tests/support/forked_ranks.h"
 
 namespace ooze::models {
-namespace {
+namespace ring_attention_test {
 
-using std::chrono::milliseconds;
 using Check = std::function<void(bool, const std::string&)>;
 using RankBody = std::function<void(std::shared_ptr<comm::Communicator>, const Check&)>;
 
 constexpr double kTolerance = 1e-6;
 
-// One rank in a forked child: joins group 'cp' through a store hosted by rank 0, runs `body`
-// with one intra-op thread, and exits 0 when every check passed, 1 when one failed, 2 on an
-// exception.
-[[noreturn]] void run_rank(int rank, int world, int port, const std::string& log,
-                           const RankBody& body) {
-  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ::dup2(fd, STDOUT_FILENO);
-  ::dup2(fd, STDERR_FILENO);
-  ::close(fd);
-  at::set_num_threads(1);
-  int failures = 0;
-  auto check = [&](bool ok, const std::string& what) {
-    if (ok) return;
-    std::cerr << "CHECK FAILED: " << what << std::endl;
-    ++failures;
-  };
-  std::shared_ptr<comm::TcpStore> store;  // outlives the group
-  try {
-    const milliseconds timeout(60000);
-    store = std::make_shared<comm::TcpStore>("127.0.0.1", port, rank, rank == 0, timeout);
-    std::shared_ptr<comm::Communicator> group =
-        comm::make_gloo_communicator(store, rank, world, "cp", timeout);
-    body(group, check);
-    group->barrier();  // rank 0 hosts the store: keep it up until everyone is done
-  } catch (const std::exception& e) {
-    std::cerr << "UNEXPECTED ERROR: " << e.what() << std::endl;
-    std::_Exit(2);
-  }
-  std::cout << "rank " << rank << (failures ? " failed" : " passed") << std::endl;
-  std::_Exit(failures ? 1 : 0);
-}
-
-// Forks `world` ranks from this test process (which itself runs no torch code) and expects
-// each to pass; prints rank 0's log, which reports the errors measured.
+// Forks `world` ranks (tests/support/forked_ranks.h) and runs `body` on each.
 void run_group(const std::string& scenario, int world, const RankBody& body) {
-  const std::string dir = testing::make_temp_dir("cp-" + scenario);
-  const int port = testing::pick_free_port();
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) run_rank(r, world, port, dir + "/rank" + std::to_string(r), body);
-    pids.push_back(pid);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-  for (int r = 0; r < world; ++r) {
-    const testing::ExitStatus status =
-        testing::wait_for_exit(pids[static_cast<size_t>(r)], deadline);
-    std::ifstream in(dir + "/rank" + std::to_string(r));
-    std::stringstream text;
-    text << in.rdbuf();
-    EXPECT_TRUE(status.exited && status.code == 0)
-        << "rank " << r << ": " << status.describe() << "\n"
-        << text.str();
-    if (r == 0) std::cout << text.str();
-  }
+  testing::run_forked_ranks(
+      scenario, world, [&](const testing::RankContext& rank) { body(rank.group, rank.check); });
 }
 
 struct Case {
@@ -309,5 +249,5 @@ TEST(ContextParallelImpl, NamesRoundTripAndUnknownOnesAreRefused) {
                   "use ring or allgather");
 }
 
-}  // namespace
+}  // namespace ring_attention_test
 }  // namespace ooze::models

@@ -21,7 +21,7 @@
 #include "models/tokenizer.h"
 #include "tests/support/process.h"
 
-namespace {
+namespace tokenizer_parity_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -580,4 +580,4 @@ TEST(TokenizerParityTest, Qwen3AndToyTokenizerMatchLenmlTokenizers) {
   fs::remove_all(toy_dir);
 }
 
-}  // namespace
+}  // namespace tokenizer_parity_test

@@ -18,7 +18,7 @@
 #include "models/unicode_utils.h"
 #include "tests/support/process.h"
 
-namespace {
+namespace tokenizer_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -570,4 +570,4 @@ TEST(ByteLevelTokenizerTest, FailedWriteNamesTheFileAndLeavesNoTemporary) {
   fs::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace tokenizer_test

@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "models/model_config.h"
 
-namespace {
+namespace transformer_test {
 
 using ooze::models::ModelConfig;
 using ooze::models::TransformerModel;
@@ -606,4 +606,4 @@ TEST_F(TransformerTest, RejectsMalformedInputs) {
   }
 }
 
-}  // namespace
+}  // namespace transformer_test

@@ -17,15 +17,15 @@
 
 #include "rollout/plugin_function.h"
 #include "rollout/rollout_manager.h"
-#include "tests/rollout/served_engines.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/served_engines.h"
 
 #ifndef OOZE_CALCULATOR_GENERATE
 #error "OOZE_CALCULATOR_GENERATE (the example's plugin library) must be defined by the build"
 #endif
 
 namespace ooze::rollout {
-namespace {
+namespace multi_turn_example_test {
 
 const std::string kSpec = std::string(OOZE_CALCULATOR_GENERATE) + ":calculator_generate";
 const std::string kFlag = "--custom-generate-function-path";
@@ -508,5 +508,5 @@ TEST(CalculatorGenerateRollout, EverySampleOfARolloutIsConsistent) {
   EXPECT_EQ(result.metrics.count("rollout/tool_calls"), 1u);
 }
 
-}  // namespace
+}  // namespace multi_turn_example_test
 }  // namespace ooze::rollout

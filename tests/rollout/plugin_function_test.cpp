@@ -25,7 +25,7 @@
 #endif
 
 namespace ooze::rollout {
-namespace {
+namespace plugin_function_test {
 
 using ooze::testing::error_message_of;
 using plugin::Kind;
@@ -408,5 +408,5 @@ TEST(PluginFunction, ConcurrentLoadsAndCallsEachGetTheirOwnAnswer) {
   EXPECT_EQ(*call_numbers.rbegin() - *call_numbers.begin() + 1, kThreads * kCallsPerThread);
 }
 
-}  // namespace
+}  // namespace plugin_function_test
 }  // namespace ooze::rollout

@@ -19,7 +19,7 @@
 #endif
 
 namespace ooze::rollout {
-namespace {
+namespace plugin_install_test {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -104,5 +104,5 @@ TEST(PluginInstall, ExamplePluginBuildsAgainstTheInstalledPackageAndScores) {
   fs::remove_all(work);
 }
 
-}  // namespace
+}  // namespace plugin_install_test
 }  // namespace ooze::rollout

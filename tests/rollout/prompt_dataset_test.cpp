@@ -22,7 +22,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::rollout {
-namespace {
+namespace prompt_dataset_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -456,5 +456,5 @@ TEST(PromptDatasetConfigTest, FlagsFillTheOptionsWithSlimesDefaults) {
   });
 }
 
-}  // namespace
+}  // namespace prompt_dataset_test
 }  // namespace ooze::rollout

@@ -20,7 +20,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::rollout {
-namespace {
+namespace prompt_source_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -314,5 +314,5 @@ TEST(NumRolloutsTest, FromNumEpochOrGivenDirectly) {
       7);
 }
 
-}  // namespace
+}  // namespace prompt_source_test
 }  // namespace ooze::rollout

@@ -1,4 +1,4 @@
-// RemoteReward against a real HTTP reward model on loopback (rollout/http_server.h): answers,
+// RemoteReward against a real HTTP reward model on loopback (serving/http_server.h): answers,
 // retries with backoff, timeouts, refused connections, errors that are not retried, and many
 // threads scoring at once over kept-alive connections.
 #include "rollout/remote_reward.h"
@@ -20,19 +20,16 @@
 #include <thread>
 #include <vector>
 
-#include "rollout/http_server.h"
+#include "core/timer.h"
+#include "serving/http_server.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/process.h"
 
 namespace ooze::rollout {
-namespace {
+namespace remote_reward_test {
 
 using ooze::testing::error_message_of;
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 Sample make_sample(int64_t index, const std::string& response, const std::string& label) {
   Sample sample;
@@ -53,12 +50,13 @@ class RewardModel {
 
   explicit RewardModel(Answer answer = nullptr, bool as_object = false)
       : answer_(std::move(answer)), as_object_(as_object) {
-    HttpRoutes routes;
-    routes.add("POST", "/reward",
-               [this](std::shared_ptr<HttpExchange> exchange) { handle(std::move(exchange)); });
-    ServerOptions options;
+    serving::HttpRoutes routes;
+    routes.add("POST", "/reward", [this](std::shared_ptr<serving::HttpExchange> exchange) {
+      handle(std::move(exchange));
+    });
+    serving::ServerOptions options;
     options.threads = 4;
-    server_ = std::make_unique<HttpServer>(options, routes.handler());
+    server_ = std::make_unique<serving::HttpServer>(options, routes.handler());
   }
   ~RewardModel() {
     {
@@ -80,7 +78,7 @@ class RewardModel {
   }
 
  private:
-  void handle(std::shared_ptr<HttpExchange> exchange) {
+  void handle(std::shared_ptr<serving::HttpExchange> exchange) {
     const int call = ++calls_;
     const std::pair<int, std::string> answer =
         answer_ != nullptr ? answer_(call) : std::pair<int, std::string>{0, ""};
@@ -113,8 +111,8 @@ class RewardModel {
   mutable std::mutex mutex_;
   std::set<std::string> addresses_;
   std::vector<nlohmann::json> bodies_;
-  std::vector<std::shared_ptr<HttpExchange>> silent_;
-  std::unique_ptr<HttpServer> server_;  // last: stopped before the members it calls
+  std::vector<std::shared_ptr<serving::HttpExchange>> silent_;
+  std::unique_ptr<serving::HttpServer> server_;  // last: stopped before the members it calls
 };
 
 RemoteRewardOptions fast_options(const std::string& url) {
@@ -370,5 +368,5 @@ TEST(RemoteRewardInteropTest, PythonRewardServerScoresSlimesBody) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-}  // namespace
+}  // namespace remote_reward_test
 }  // namespace ooze::rollout

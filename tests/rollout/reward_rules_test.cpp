@@ -23,7 +23,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::rollout {
-namespace {
+namespace reward_rules_test {
 
 Sample make_sample(const std::string& response, const std::string& label,
                    nlohmann::json metadata = nlohmann::json::object(), int64_t index = 0) {
@@ -464,5 +464,5 @@ TEST(BuiltinRewards, SymbolicChecksAreSafeAcrossThreads) {
   for (int t = 0; t < 4; ++t) EXPECT_EQ(correct[t], 50) << "thread " << t;
 }
 
-}  // namespace
+}  // namespace reward_rules_test
 }  // namespace ooze::rollout

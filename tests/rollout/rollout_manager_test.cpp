@@ -10,12 +10,12 @@
 #include <thread>
 
 #include "rollout/sample_json.h"
-#include "tests/rollout/served_engines.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/process.h"
+#include "tests/support/served_engines.h"
 
 namespace ooze::rollout {
-namespace {
+namespace rollout_manager_test {
 
 using nlohmann::json;
 
@@ -309,7 +309,7 @@ TEST(RolloutManagerCancelTest, CancelAbortsTheRolloutInFlightAndEveryLaterOne) {
   auto running = [&] {
     int64_t sequences = 0;
     for (auto& engine : engines.engines()) {
-      const EngineStats stats = engine->stats();
+      const engine::EngineStats stats = engine->stats();
       sequences += stats.running_sequences + stats.waiting_sequences;
     }
     return sequences;
@@ -346,11 +346,11 @@ TEST(RolloutManagerNoEngineTest, NoLiveEngineFailsTheRolloutInsteadOfWaiting) {
   auto data = dataset(engines.tokenizer(), 4, "dead.jsonl");
   PromptSource source(data);
   RewardModel rewards = parity_reward();
-  RouterOptions dead;
+  serving::RouterOptions dead;
   dead.engine_urls = {"http://127.0.0.1:" + std::to_string(ooze::testing::pick_free_port())};
   dead.health_check_interval_s = 3600;
   dead.connect_timeout_s = 1;
-  Router router(dead);
+  serving::Router router(dead);
   RolloutManager manager(options(2, 2, 4), source, router, engines.tokenizer(), rewards);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_CONTAINS(ooze::testing::error_message_of<Error>([&] { manager.generate(0); }),
@@ -394,5 +394,5 @@ TEST_F(RolloutManagerTest, BadPluginsAndContradictoryOptionsFailAtStartUp) {
                   "--partial-rollout");
 }
 
-}  // namespace
+}  // namespace rollout_manager_test
 }  // namespace ooze::rollout

@@ -9,7 +9,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::rollout {
-namespace {
+namespace rollout_sampling_test {
 
 ConfigSchema sampling_schema() {
   ConfigSchema schema;
@@ -56,5 +56,5 @@ TEST(RolloutSamplingTest, HelpNamesTheRolloutFlagAsTheEvalDefault) {
   EXPECT_CONTAINS(help, "default: 1.0; range: >= 0");  // --rollout-temperature's own
 }
 
-}  // namespace
+}  // namespace rollout_sampling_test
 }  // namespace ooze::rollout

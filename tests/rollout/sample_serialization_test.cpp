@@ -11,7 +11,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::rollout {
-namespace {
+namespace sample_serialization_test {
 
 Sample full_sample() {
   Sample sample;
@@ -98,5 +98,5 @@ TEST(SampleSerializationTest, JsonRoundTripKeepsEveryFieldAndNamesBadFields) {
                   "response_length (3)");
 }
 
-}  // namespace
+}  // namespace sample_serialization_test
 }  // namespace ooze::rollout

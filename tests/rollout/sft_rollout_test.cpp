@@ -18,7 +18,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::rollout {
-namespace {
+namespace sft_rollout_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -110,5 +110,5 @@ TEST_F(SftRolloutTest, ATokenizerWithoutEosIsRefused) {
   EXPECT_NE(message.find("EOS"), std::string::npos) << message;
 }
 
-}  // namespace
+}  // namespace sft_rollout_test
 }  // namespace ooze::rollout

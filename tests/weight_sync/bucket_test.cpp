@@ -20,7 +20,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::weight_sync {
-namespace {
+namespace bucket_test {
 
 using ooze::testing::error_message_of;
 
@@ -614,5 +614,5 @@ TEST(PlanBuckets, QwenWeightsAtSeveralBucketSizesKeepEveryTensorOnceInOrder) {
 
 // --- configuration -------------------------------------------------------------------------
 
-}  // namespace
+}  // namespace bucket_test
 }  // namespace ooze::weight_sync

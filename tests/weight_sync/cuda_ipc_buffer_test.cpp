@@ -19,11 +19,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/support/child_role.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/process.h"
 
 namespace ooze::weight_sync {
-namespace {
+namespace cuda_ipc_buffer_test {
 
 using ooze::testing::error_message_of;
 
@@ -89,11 +90,7 @@ struct ChildRun {
 
 // Runs this binary as a child in role `role` with `args` and waits for it.
 ChildRun run_child(const std::string& role, const std::vector<std::string>& args) {
-  char self[PATH_MAX];
-  ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (length <= 0) throw std::runtime_error("cannot read /proc/self/exe");
-  std::vector<std::string> argv = {std::string(self, static_cast<size_t>(length)), kChildFlag,
-                                   role};
+  std::vector<std::string> argv = {ooze::testing::self_executable(), kChildFlag, role};
   argv.insert(argv.end(), args.begin(), args.end());
   const std::string log = ooze::testing::make_temp_dir("cuda-ipc") + "/child.log";
   ooze::testing::Process child(argv, {{"OMP_NUM_THREADS", "1"}}, log);
@@ -397,13 +394,8 @@ TEST(CudaIpcBuffer, AHandleFromAnotherGpuIsRefused) {
   EXPECT_EQ(CudaIpcBuffer::open_handles(), 0);
 }
 
-}  // namespace
-}  // namespace ooze::weight_sync
+// tests/support/test_main.cpp runs the child when this executable starts with kChildFlag.
+const bool kChildRoleRegistered = ooze::testing::register_child_role(kChildFlag, run_child_role);
 
-int main(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == ooze::weight_sync::kChildFlag) {
-    return ooze::weight_sync::run_child_role(std::vector<std::string>(argv + 2, argv + argc));
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+}  // namespace cuda_ipc_buffer_test
+}  // namespace ooze::weight_sync

@@ -24,7 +24,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::weight_sync {
-namespace {
+namespace shared_memory_segment_test {
 
 using ooze::testing::error_message_of;
 namespace fs = std::filesystem;
@@ -468,5 +468,5 @@ TEST(CleanupStaleSegments, AChildThatExitsNormallyLeavesNothingToCleanUp) {
   EXPECT_EQ(cleanup_stale_segments(prefix), 0);
 }
 
-}  // namespace
+}  // namespace shared_memory_segment_test
 }  // namespace ooze::weight_sync

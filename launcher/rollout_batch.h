@@ -1,0 +1,60 @@
+// One rollout on its way to the trainer: the driver's side of what Slime does between the
+// rollout manager and the optimizer steps.
+//
+//   RolloutBatch batch = rollout_batch(rollout.groups, reward_key);  // group after group
+//   batch.set("old_log_probs", log_probs);   // the trainer's recomputation, or the rollout's
+//   batch.set("ref_log_probs", ref);         // with a reference model
+//   batch.set("values", values);             // a critic's, with ppo
+//   compute_advantages(batch, algorithm.advantage, kl_loss_type);  // "advantages", "returns"
+//   for (const TrainBatch& step : batch.global_batches(global_batch_size)) ...
+//
+// Every sample becomes a fsdp::PackingSample: its tokens, its response length, its loss mask as
+// the response mask, and per-token values by name ("rollout_log_probs" from the start; the
+// others as they are set), each [R] float32 over the response tokens. The driver holds the whole
+// rollout, so advantages are computed, and whitened, over all of it at once.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/advantages.h"
+#include "algorithms/kl.h"
+#include "rollout/sample.h"
+#include "trainer/train_actor.h"
+
+namespace ooze::launcher {
+
+struct RolloutBatch {
+  std::vector<fsdp::PackingSample> samples;  // the groups' samples, one group after another
+  std::vector<double> rewards;               // each sample's scalar reward
+  int64_t group_size = 1;                    // samples per prompt (--n-samples-per-prompt)
+
+  // Sets every sample's per-token `name` (`values[i]`: [R_i] for sample i). Throws ooze::Error
+  // naming the sample whose length differs from its response's.
+  void set(const std::string& name, const std::vector<at::Tensor>& values);
+  // Every sample's per-token `name`, in order. Throws ooze::Error when it was never set.
+  std::vector<at::Tensor> get(const std::string& name) const;
+  // The samples of the whole batch as the trainer takes them, `size` at a time in order, one
+  // TrainBatch per optimizer step. Throws ConfigError unless `size` divides the batch.
+  std::vector<trainer::TrainBatch> global_batches(int64_t size) const;
+};
+
+// The kept groups of a rollout (rollout::RolloutResult::groups), every group of the same size and
+// every sample scored. Throws ooze::Error naming the sample that has no scalar reward (with
+// `reward_key` for object rewards, --reward-key), whose per-token vectors do not cover its
+// response, or whose group size differs.
+RolloutBatch rollout_batch(const std::vector<std::vector<rollout::Sample>>& groups,
+                           const std::string& reward_key = "");
+
+// Sets "advantages" and "returns" by the estimator of `options` from the rewards and response
+// masks, the KL penalty of --kl-coef taken between "old_log_probs" and "ref_log_probs" with
+// `kl_type` (--kl-loss-type, as Slime), and whitens the advantages over every counted token of the
+// batch when the estimator asks (AdvantageOptions::whitens_advantages). ppo takes GAE over the
+// critic's "values" (set them first).
+void compute_advantages(RolloutBatch& batch, const algorithms::AdvantageOptions& options,
+                        algorithms::KlEstimator kl_type);
+
+}  // namespace ooze::launcher

@@ -1,0 +1,256 @@
+#include "serving/generate_protocol.h"
+
+#include "engine/prompt_checks.h"
+#include "models/tokenizer.h"
+#include "models/unicode_utils.h"
+#include "serving/json_fields.h"
+
+namespace ooze::serving {
+namespace {
+
+// sampling_params fields SGLang users send that only have a neutral value here: accepted at that
+// value, refused otherwise (silently ignoring them would change what the caller gets).
+void require_neutral(JsonFields& fields, const std::string& key, double neutral) {
+  if (std::optional<double> value = fields.number(key); value && *value != neutral) {
+    throw engine::InvalidRequest(fields.field_path(key), "is not supported by this server; only " +
+                                                             std::to_string(neutral) +
+                                                             " (no effect) is accepted");
+  }
+}
+
+engine::SamplingParams parse_sampling_params(const nlohmann::json& object, const std::string& path,
+                                             bool* no_stop_trim) {
+  JsonFields fields(object, path);
+  engine::SamplingParams params;
+  if (auto v = fields.number("temperature")) params.temperature = *v;
+  if (auto v = fields.number("top_p")) params.top_p = *v;
+  if (auto v = fields.integer("top_k")) params.top_k = *v;
+  if (auto v = fields.number("min_p")) params.min_p = *v;
+  if (auto v = fields.integer("max_new_tokens")) params.max_new_tokens = *v;
+  if (const nlohmann::json* stop = fields.raw("stop")) {
+    params.stop = json_string_or_strings(*stop, fields.field_path("stop"));
+  }
+  if (const nlohmann::json* ids = fields.raw("stop_token_ids")) {
+    params.stop_token_ids = json_integer_list(*ids, fields.field_path("stop_token_ids"));
+  }
+  if (auto v = fields.boolean("ignore_eos")) params.ignore_eos = *v;
+  if (auto v = fields.integer("n")) params.n = *v;
+  if (auto v = fields.integer("seed")) {
+    if (*v < 0) throw engine::InvalidRequest(fields.field_path("seed"), "must be >= 0");
+    params.seed = static_cast<uint64_t>(*v);
+  }
+  if (auto v = fields.boolean("skip_special_tokens")) params.skip_special_tokens = *v;
+  *no_stop_trim = fields.boolean("no_stop_trim").value_or(false);
+  fields.boolean("spaces_between_special_tokens");
+  require_neutral(fields, "frequency_penalty", 0.0);
+  require_neutral(fields, "presence_penalty", 0.0);
+  require_neutral(fields, "repetition_penalty", 1.0);
+  require_neutral(fields, "min_new_tokens", 0.0);
+  fields.reject_unknown();
+  // validate() names fields "sampling_params.x"; for a per-prompt list that is close enough.
+  params.validate();
+  return params;
+}
+
+nlohmann::json logprob_triples(const std::vector<float>& logprobs, const std::vector<int64_t>& ids,
+                               bool with_text, const models::Tokenizer& tokenizer) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < logprobs.size() && i < ids.size(); ++i) {
+    out.push_back({logprobs[i], ids[i],
+                   with_text ? nlohmann::json(models::utf8_lossy(tokenizer.decode({ids[i]})))
+                             : nlohmann::json(nullptr)});
+  }
+  return out;
+}
+
+}  // namespace
+
+size_t GenerateCall::num_outputs() const {
+  size_t total = 0;
+  for (const engine::GenerateRequest& request : requests)
+    total += static_cast<size_t>(request.sampling.n);
+  return total;
+}
+
+GenerateCall parse_generate_call(const nlohmann::json& body, const models::Tokenizer& tokenizer,
+                                 const engine::EngineInfo& info) {
+  JsonFields fields(body, "");
+  GenerateCall call;
+  const nlohmann::json* text = fields.raw("text");
+  const nlohmann::json* input_ids = fields.raw("input_ids");
+  if (text && input_ids) {
+    throw engine::InvalidRequest("input_ids", "give either text or input_ids, not both");
+  }
+  if (!text && !input_ids)
+    throw engine::InvalidRequest("text", "the prompt is missing: give text or input_ids");
+
+  std::vector<std::vector<int64_t>> prompts;
+  if (text) {
+    if (text->is_string()) {
+      prompts.push_back(engine::tokenize_prompt(tokenizer, text->get<std::string>(), "text", info));
+    } else if (text->is_array()) {
+      call.batch = true;
+      for (size_t i = 0; i < text->size(); ++i) {
+        const std::string field = "text[" + std::to_string(i) + "]";
+        prompts.push_back(
+            engine::tokenize_prompt(tokenizer, json_string((*text)[i], field), field, info));
+      }
+    } else {
+      throw engine::InvalidRequest("text", "must be a string or a list of strings");
+    }
+  } else {
+    const bool nested = input_ids->is_array() && !input_ids->empty() && (*input_ids)[0].is_array();
+    if (nested) {
+      call.batch = true;
+      for (size_t i = 0; i < input_ids->size(); ++i) {
+        const std::string field = "input_ids[" + std::to_string(i) + "]";
+        prompts.push_back(json_integer_list((*input_ids)[i], field));
+        engine::check_prompt_ids(prompts.back(), field, info);
+      }
+    } else {
+      prompts.push_back(json_integer_list(*input_ids, "input_ids"));
+      engine::check_prompt_ids(prompts.back(), "input_ids", info);
+    }
+  }
+  if (prompts.empty()) {
+    throw engine::InvalidRequest(text ? "text" : "input_ids", "the batch is empty");
+  }
+
+  // One sampling_params object for all prompts, or (batch) one per prompt.
+  std::vector<engine::SamplingParams> params;
+  std::vector<bool> no_stop_trim;
+  const nlohmann::json* sampling = fields.raw("sampling_params");
+  const nlohmann::json empty = nlohmann::json::object();
+  if (sampling && sampling->is_array() && call.batch) {
+    if (sampling->size() != prompts.size()) {
+      throw engine::InvalidRequest("sampling_params",
+                                   "has " + std::to_string(sampling->size()) + " entries for " +
+                                       std::to_string(prompts.size()) + " prompts");
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      bool trim = false;
+      params.push_back(parse_sampling_params((*sampling)[i],
+                                             "sampling_params[" + std::to_string(i) + "]", &trim));
+      no_stop_trim.push_back(trim);
+    }
+  } else {
+    bool trim = false;
+    const engine::SamplingParams shared =
+        parse_sampling_params(sampling ? *sampling : empty, "sampling_params", &trim);
+    params.assign(prompts.size(), shared);
+    no_stop_trim.assign(prompts.size(), trim);
+  }
+
+  std::vector<std::string> rids;
+  if (const nlohmann::json* rid = fields.raw("rid")) {
+    if (call.batch) {
+      if (!rid->is_array() || rid->size() != prompts.size()) {
+        throw engine::InvalidRequest("rid", "a batch of " + std::to_string(prompts.size()) +
+                                                " prompts needs a list of as many request ids");
+      }
+      for (size_t i = 0; i < rid->size(); ++i) {
+        rids.push_back(json_string((*rid)[i], "rid[" + std::to_string(i) + "]"));
+      }
+    } else {
+      rids.push_back(json_string(*rid, "rid"));
+    }
+  }
+
+  const bool return_logprob = fields.boolean("return_logprob").value_or(false);
+  const int64_t top_logprobs_num = fields.integer("top_logprobs_num").value_or(0);
+  if (top_logprobs_num < 0 || top_logprobs_num > info.vocab_size) {
+    throw engine::InvalidRequest("top_logprobs_num",
+                                 "must be in [0, " + std::to_string(info.vocab_size) + "], got " +
+                                     std::to_string(top_logprobs_num));
+  }
+  if (auto start = fields.integer("logprob_start_len"); start && *start != -1) {
+    throw engine::InvalidRequest(
+        "logprob_start_len",
+        "only -1 is supported: the server returns log-probs of output tokens, "
+        "not of the prompt");
+  }
+  call.return_text_in_logprobs = fields.boolean("return_text_in_logprobs").value_or(false);
+  call.stream = fields.boolean("stream").value_or(false);
+  fields.reject_unknown();
+
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    engine::GenerateRequest request;
+    request.id = rids.empty() ? "" : rids[i];
+    request.input_ids = std::move(prompts[i]);
+    request.sampling = params[i];
+    request.return_logprob = return_logprob || top_logprobs_num > 0;
+    request.top_logprobs_num = top_logprobs_num;
+    request.stream = call.stream;
+    call.requests.push_back(std::move(request));
+  }
+  call.no_stop_trim = std::move(no_stop_trim);
+  return call;
+}
+
+nlohmann::json generate_output_json(const GenerateCall& call, size_t request_index,
+                                    const engine::GenerateOutput& output,
+                                    const models::Tokenizer& tokenizer) {
+  const engine::GenerateRequest& request = call.requests[request_index];
+  nlohmann::json finish_reason = nullptr;
+  if (output.finished) {
+    switch (output.finish_reason) {
+      case engine::FinishReason::kStop:
+        finish_reason = {{"type", "stop"}};
+        if (output.matched_stop) {
+          finish_reason["matched"] = *output.matched_stop;
+        } else if (output.matched_token) {
+          finish_reason["matched"] = *output.matched_token;
+        }
+        break;
+      case engine::FinishReason::kLength:
+        finish_reason = {{"type", "length"}, {"length", output.completion_tokens()}};
+        break;
+      case engine::FinishReason::kAbort:
+        finish_reason = {{"type", "abort"}, {"message", output.abort_message}};
+        break;
+      case engine::FinishReason::kNone:
+        break;
+    }
+  }
+  std::string text = output.text;
+  if (call.no_stop_trim[request_index] && output.finished && output.matched_stop) {
+    text += *output.matched_stop;
+  }
+  nlohmann::json meta = {{"id", output.request_id},
+                         {"finish_reason", finish_reason},
+                         {"prompt_tokens", output.prompt_tokens},
+                         {"completion_tokens", output.completion_tokens()},
+                         {"cached_tokens", output.cached_tokens},
+                         {"weight_version", output.weight_version},
+                         {"weight_versions", output.weight_versions}};
+  // Tokens sampled under more than one version (the request was kept through a weight
+  // update): the version of every output token, in order.
+  if (output.weight_versions.size() > 1) {
+    meta["output_token_weight_versions"] = output.output_weight_versions;
+  }
+  if (request.return_logprob) {
+    meta["output_token_logprobs"] = logprob_triples(output.output_logprobs, output.output_ids,
+                                                    call.return_text_in_logprobs, tokenizer);
+  }
+  if (request.top_logprobs_num > 0) {
+    nlohmann::json top = nlohmann::json::array();
+    for (const std::vector<engine::TopLogProb>& position : output.top_logprobs) {
+      std::vector<float> logprobs;
+      std::vector<int64_t> ids;
+      for (const engine::TopLogProb& entry : position) {
+        logprobs.push_back(entry.logprob);
+        ids.push_back(entry.token_id);
+      }
+      top.push_back(logprob_triples(logprobs, ids, call.return_text_in_logprobs, tokenizer));
+    }
+    meta["output_top_logprobs"] = std::move(top);
+  }
+  return {{"text", text}, {"output_ids", output.output_ids}, {"meta_info", std::move(meta)}};
+}
+
+std::string generate_param(const std::string& engine_field, const nlohmann::json& body) {
+  if (engine_field == "input_ids" && body.is_object() && body.contains("text")) return "text";
+  return engine_field;
+}
+
+}  // namespace ooze::serving

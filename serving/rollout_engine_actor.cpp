@@ -1,0 +1,227 @@
+#include "serving/rollout_engine_actor.h"
+
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+
+#include "actors/actor_class.h"
+#include "core/error.h"
+#include "serving/engine_server.h"
+#include "serving/http_server.h"
+
+namespace ooze::serving {
+
+actors::ActorOptions rollout_engine_actor_options(actors::ResourceSet resources) {
+  actors::ActorOptions options;
+  options.resources = std::move(resources);
+  options.max_concurrency = kRolloutEngineConcurrency;
+  options.label = "RolloutEngine";
+  return options;
+}
+
+std::string resolve_engine_device(const std::string& device) {
+  if (!device.empty() && device != "auto") return device;
+  if (!torch::cuda::is_available()) return "cpu";
+  const char* index = std::getenv("OOZE_DEVICE_INDEX");
+  return "cuda:" + std::string(index != nullptr && *index != '\0' ? index : "0");
+}
+
+namespace {
+
+engine::EngineOptions with_resolved_device(engine::EngineOptions options) {
+  options.device = resolve_engine_device(options.device);
+  // The worker's own threads (weight loading, tensors arriving) follow the engine's setting,
+  // not only the engine loop's.
+  if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
+  return options;
+}
+
+// The finished outputs of the requests one generate() call submitted, filled in from the
+// engine's thread.
+struct Collected {
+  explicit Collected(size_t requests) : outputs(requests) {}
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::vector<engine::GenerateOutput>> outputs;
+  int64_t remaining = 0;  // samples submitted and not finished yet
+
+  void wait_until_finished() {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return remaining == 0; });
+  }
+};
+
+// The message of an InvalidRequest without its "field: " prefix.
+std::string reason_of(const engine::InvalidRequest& error) {
+  const std::string what = error.what();
+  const std::string prefix = error.field() + ": ";
+  return what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what;
+}
+
+}  // namespace
+
+RolloutEngine::RolloutEngine(engine::EngineOptions options)
+    : engine_(std::make_unique<engine::Engine>(with_resolved_device(std::move(options)))),
+      receiver_(std::make_unique<weight_sync::WeightReceiver>(*engine_)) {
+  weight_sync::cleanup_stale_segments();  // left by trainers that died mid-sync
+}
+
+RolloutEngine::~RolloutEngine() { stop_server(); }
+
+std::vector<std::vector<engine::GenerateOutput>> RolloutEngine::generate(
+    std::vector<engine::GenerateRequest> requests) {
+  const size_t count = requests.size();
+  auto collected = std::make_shared<Collected>(count);
+  std::vector<std::string> submitted;
+  for (size_t r = 0; r < count; ++r) {
+    engine::GenerateRequest request = std::move(requests[r]);
+    request.stream = false;
+    const int64_t n = request.sampling.n;
+    {
+      // Counted before submitting: the engine may finish the request before submit returns.
+      std::lock_guard<std::mutex> lock(collected->mutex);
+      collected->remaining += n;
+    }
+    auto on_update = [collected, r](const engine::GenerateOutput& output) {
+      if (!output.finished) return;
+      std::lock_guard<std::mutex> lock(collected->mutex);
+      std::vector<engine::GenerateOutput>& samples = collected->outputs[r];
+      const auto index = static_cast<size_t>(output.index);
+      if (samples.size() <= index) samples.resize(index + 1);
+      samples[index] = output;
+      --collected->remaining;
+      collected->changed.notify_all();
+    };
+    // The requests already queued would run for nobody: abort them and let them finish before
+    // the caller hears why.
+    auto withdraw = [&] {
+      {
+        std::lock_guard<std::mutex> lock(collected->mutex);
+        collected->remaining -= n;
+      }
+      for (const std::string& id : submitted) engine_->abort(id);
+      collected->wait_until_finished();
+    };
+    try {
+      submitted.push_back(engine_->submit(std::move(request), std::move(on_update)));
+    } catch (const engine::InvalidRequest& error) {
+      withdraw();
+      throw engine::InvalidRequest(error.field(), "request " + std::to_string(r) + " of " +
+                                                      std::to_string(count) + ": " +
+                                                      reason_of(error));
+    } catch (...) {
+      withdraw();
+      throw;
+    }
+  }
+  collected->wait_until_finished();
+  std::lock_guard<std::mutex> lock(collected->mutex);
+  return std::move(collected->outputs);
+}
+
+void RolloutEngine::abort(const std::string& request_id) { engine_->abort(request_id); }
+void RolloutEngine::abort_all() { engine_->abort_all(); }
+void RolloutEngine::pause_generation(bool abort_in_flight) {
+  engine_->pause_generation(abort_in_flight);
+}
+void RolloutEngine::continue_generation() { engine_->continue_generation(); }
+void RolloutEngine::flush_cache() { engine_->flush_cache(); }
+void RolloutEngine::release_memory() { engine_->release_memory(); }
+void RolloutEngine::resume_memory() { engine_->resume_memory(); }
+
+void RolloutEngine::load_weights(std::vector<std::pair<std::string, at::Tensor>> named_tensors,
+                                 std::optional<int64_t> version) {
+  engine_->load_weights(named_tensors, version);
+}
+
+engine::EngineStats RolloutEngine::stats() const { return engine_->stats(); }
+engine::EngineInfo RolloutEngine::info() const { return engine_->info(); }
+
+void RolloutEngine::begin_weight_sync(int64_t version, bool abort_in_flight, int64_t timeout_ms) {
+  engine_->begin_weight_sync(version, abort_in_flight, std::chrono::milliseconds(timeout_ms));
+}
+void RolloutEngine::open_shared_weight_buffers(const weight_sync::SharedWeightBuffers& buffers) {
+  receiver_->open_shared_buffers(buffers);
+}
+void RolloutEngine::load_shared_weight_bucket(int slot,
+                                              const weight_sync::BucketManifest& manifest) {
+  receiver_->load_shared_bucket(slot, manifest);
+}
+void RolloutEngine::join_weight_sync_group(const weight_sync::BroadcastGroupSpec& spec) {
+  receiver_->join_broadcast_group(spec);
+}
+int64_t RolloutEngine::receive_weight_buckets(
+    const std::vector<weight_sync::BucketManifest>& manifests) {
+  return receiver_->receive_broadcast(manifests);
+}
+void RolloutEngine::finish_weight_sync(int64_t version) { engine_->finish_weight_sync(version); }
+void RolloutEngine::abort_weight_sync(const std::string& reason) {
+  engine_->abort_weight_sync(reason);
+}
+std::vector<std::pair<std::string, uint32_t>> RolloutEngine::weight_checksums() {
+  return engine_->weight_checksums();
+}
+
+std::string RolloutEngine::start_server(const std::string& host, int port,
+                                        const std::string& api_key) {
+  if (port < 0 || port > std::numeric_limits<uint16_t>::max()) {
+    throw ConfigError("RolloutEngine::start_server: port " + std::to_string(port) +
+                      " is out of range; give 0 (an ephemeral port) or 1..65535");
+  }
+  std::lock_guard<std::mutex> lock(server_mutex_);
+  if (server_) {
+    throw Error("RolloutEngine::start_server: a server already runs at " + server_->url() +
+                "; call stop_server first");
+  }
+  ServerOptions options;
+  // Where the node says its workers are reached: the driver's router may be on another machine.
+  options.host = host.empty() ? actors::node_address() : host;
+  options.port = static_cast<uint16_t>(port);
+  options.api_key = api_key;
+  server_ = std::make_unique<EngineServer>(*engine_, options);
+  return server_->url();
+}
+
+void RolloutEngine::stop_server() {
+  std::unique_ptr<EngineServer> server;
+  {
+    std::lock_guard<std::mutex> lock(server_mutex_);
+    server = std::move(server_);
+  }
+  // Destroyed outside the lock: stopping waits for the server's threads.
+  server.reset();
+}
+
+namespace {
+const auto rollout_engine_class =
+    actors::ActorClass<RolloutEngine>("RolloutEngine")
+        .constructor<engine::EngineOptions>()
+        .method("generate", &RolloutEngine::generate)
+        .method("abort", &RolloutEngine::abort)
+        .method("abort_all", &RolloutEngine::abort_all)
+        .method("pause_generation", &RolloutEngine::pause_generation)
+        .method("continue_generation", &RolloutEngine::continue_generation)
+        .method("flush_cache", &RolloutEngine::flush_cache)
+        .method("release_memory", &RolloutEngine::release_memory)
+        .method("resume_memory", &RolloutEngine::resume_memory)
+        .method("load_weights", &RolloutEngine::load_weights)
+        .method("stats", &RolloutEngine::stats)
+        .method("info", &RolloutEngine::info)
+        .method("begin_weight_sync", &RolloutEngine::begin_weight_sync)
+        .method("open_shared_weight_buffers", &RolloutEngine::open_shared_weight_buffers)
+        .method("load_shared_weight_bucket", &RolloutEngine::load_shared_weight_bucket)
+        .method("join_weight_sync_group", &RolloutEngine::join_weight_sync_group)
+        .method("receive_weight_buckets", &RolloutEngine::receive_weight_buckets)
+        .method("finish_weight_sync", &RolloutEngine::finish_weight_sync)
+        .method("abort_weight_sync", &RolloutEngine::abort_weight_sync)
+        .method("weight_checksums", &RolloutEngine::weight_checksums)
+        .method("start_server", &RolloutEngine::start_server)
+        .method("stop_server", &RolloutEngine::stop_server);
+}  // namespace
+
+}  // namespace ooze::serving

@@ -1,0 +1,219 @@
+// A rollout made ready for training: the samples' layout for the trainer, and the advantages of
+// the estimators against computations written out here in plain doubles.
+#include "launcher/rollout_batch.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tests/support/expect_error.h"
+
+namespace ooze::launcher {
+namespace rollout_batch_test {
+
+using ooze::testing::error_message_of;
+
+// Sample `index` of group `group`: 3 prompt tokens, `response` response tokens whose last one
+// is tool output (loss mask 0) when `with_tool_token`.
+rollout::Sample make_sample(int64_t group, int64_t index, int64_t response, double reward,
+                            bool with_tool_token = false) {
+  rollout::Sample sample;
+  sample.group_index = group;
+  sample.index = index;
+  sample.tokens = {1, 2, 3};
+  for (int64_t t = 0; t < response; ++t) {
+    sample.tokens.push_back(10 + index + t);
+    const bool tool = with_tool_token && t == response - 1;
+    sample.loss_mask.push_back(tool ? 0 : 1);
+    sample.rollout_log_probs.push_back(tool ? 0.0f : -0.1f * static_cast<float>(t + 1));
+    sample.weight_versions.push_back(tool ? -1 : 3);
+  }
+  sample.response_length = response;
+  sample.reward = reward;
+  sample.status = rollout::Sample::Status::kCompleted;
+  return sample;
+}
+
+// Two groups of three: rewards {1, 0, 0} and {1, 1, 0}; response lengths 2..4.
+std::vector<std::vector<rollout::Sample>> two_groups() {
+  return {{make_sample(0, 0, 2, 1.0), make_sample(0, 1, 3, 0.0, true), make_sample(0, 2, 4, 0.0)},
+          {make_sample(1, 3, 4, 1.0), make_sample(1, 4, 2, 1.0), make_sample(1, 5, 3, 0.0, true)}};
+}
+
+std::vector<double> values_of(const at::Tensor& tensor) {
+  const at::Tensor t = tensor.to(at::kDouble).contiguous();
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+TEST(RolloutBatch, SamplesKeepTheirTokensMasksAndRolloutLogProbsGroupAfterGroup) {
+  const auto groups = two_groups();
+  const RolloutBatch batch = rollout_batch(groups);
+  ASSERT_EQ(batch.samples.size(), 6u);
+  EXPECT_EQ(batch.group_size, 3);
+  EXPECT_EQ(batch.rewards, (std::vector<double>{1, 0, 0, 1, 1, 0}));
+  const fsdp::PackingSample& tool = batch.samples[1];
+  EXPECT_EQ(tool.response_length, 3);
+  EXPECT_TRUE(at::equal(tool.tokens, at::tensor(groups[0][1].tokens, at::kLong)));
+  EXPECT_EQ(values_of(tool.response_mask), (std::vector<double>{1, 1, 0}));
+  const std::vector<double> log_probs = values_of(tool.response_values.at("rollout_log_probs"));
+  ASSERT_EQ(log_probs.size(), 3u);
+  EXPECT_NEAR(log_probs[1], -0.2, 1e-7);
+  EXPECT_EQ(log_probs[2], 0.0);
+}
+
+TEST(RolloutBatch, GrpoAdvantagesAreTheGroupNormalisedRewardOnEveryToken) {
+  RolloutBatch batch = rollout_batch(two_groups());
+  compute_advantages(batch, algorithms::AdvantageOptions{}, algorithms::KlEstimator::kK1);
+  const std::vector<at::Tensor> advantages = batch.get("advantages");
+  for (size_t i = 0; i < 6; ++i) {
+    const size_t first = i / 3 * 3;
+    double mean = 0;
+    for (size_t j = first; j < first + 3; ++j) mean += batch.rewards[j] / 3;
+    double variance = 0;
+    for (size_t j = first; j < first + 3; ++j) variance += std::pow(batch.rewards[j] - mean, 2) / 2;
+    const double expected = (batch.rewards[i] - mean) / (std::sqrt(variance) + 1e-6);
+    for (double value : values_of(advantages[i])) EXPECT_NEAR(value, expected, 1e-5) << i;
+  }
+  // For grpo the returns are the advantages.
+  EXPECT_TRUE(at::equal(batch.get("returns")[4], advantages[4]));
+}
+
+// REINFORCE++: token rewards -kl_coef * KL_t on counted tokens (k1: old - ref), the reward on the
+// last counted token, advantages the undiscounted returns, whitened over the counted tokens.
+TEST(RolloutBatch, ReinforcePlusPlusShapesRewardsWithTheKlAndWhitens) {
+  RolloutBatch batch = rollout_batch(two_groups());
+  std::vector<at::Tensor> old, ref;
+  for (const fsdp::PackingSample& sample : batch.samples) {
+    old.push_back(at::linspace(-1.0, -0.5, sample.response_length, at::kFloat));
+    ref.push_back(at::linspace(-0.8, -0.9, sample.response_length, at::kFloat));
+  }
+  batch.set("old_log_probs", old);
+  batch.set("ref_log_probs", ref);
+  algorithms::AdvantageOptions options;
+  options.estimator = algorithms::AdvantageEstimator::kReinforcePlusPlus;
+  options.kl_coef = 0.1;
+  compute_advantages(batch, options, algorithms::KlEstimator::kK1);
+
+  std::vector<std::vector<double>> expected;
+  double sum = 0, sum_of_squares = 0, count = 0;
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    const std::vector<double> o = values_of(old[i]), r = values_of(ref[i]);
+    const std::vector<double> mask = values_of(batch.samples[i].response_mask);
+    std::vector<double> token_rewards(o.size());
+    size_t last_counted = 0;
+    for (size_t t = 0; t < o.size(); ++t) {
+      token_rewards[t] = -0.1 * mask[t] * (o[t] - r[t]);
+      if (mask[t] == 1) last_counted = t;
+    }
+    token_rewards[last_counted] += batch.rewards[i];
+    std::vector<double> returns(o.size());
+    double running = 0;
+    for (size_t t = o.size(); t-- > 0;) returns[t] = running += token_rewards[t];
+    for (size_t t = 0; t < o.size(); ++t) {
+      sum += returns[t] * mask[t];
+      sum_of_squares += returns[t] * returns[t] * mask[t];
+      count += mask[t];
+    }
+    expected.push_back(returns);
+  }
+  const double mean = sum / count;
+  const double variance = (sum_of_squares - count * mean * mean) / (count - 1);
+  const std::vector<at::Tensor> advantages = batch.get("advantages");
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const std::vector<double> got = values_of(advantages[i]);
+    ASSERT_EQ(got.size(), expected[i].size());
+    for (size_t t = 0; t < got.size(); ++t) {
+      EXPECT_NEAR(got[t], (expected[i][t] - mean) / std::sqrt(variance + 1e-8), 1e-4)
+          << "sample " << i << " token " << t;
+    }
+  }
+}
+
+TEST(RolloutBatch, GlobalBatchesDealTheSamplesInOrder) {
+  const RolloutBatch batch = rollout_batch(two_groups());
+  const std::vector<trainer::TrainBatch> steps = batch.global_batches(3);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_TRUE(at::equal(steps[1].samples[0].tokens, batch.samples[3].tokens));
+  EXPECT_CONTAINS(error_message_of<ConfigError>([&] { batch.global_batches(4); }),
+                  "--global-batch-size 4 does not divide the 6 samples");
+}
+
+// ppo: GAE over the critic's values, the reward on the last counted token, written out as the
+// textbook's backward recursion in doubles; the critic's targets are advantages + values.
+TEST(RolloutBatch, PpoTakesGaeOverTheCriticsValues) {
+  RolloutBatch batch = rollout_batch(two_groups());
+  std::vector<at::Tensor> critic_values;
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    const int64_t length = batch.samples[i].response_length;
+    critic_values.push_back(at::arange(length, at::kFloat) * 0.1f + 0.05f * static_cast<float>(i));
+  }
+  batch.set("values", critic_values);
+  algorithms::AdvantageOptions ppo;
+  ppo.estimator = algorithms::AdvantageEstimator::kPpo;
+  ppo.gamma = 0.9;
+  ppo.lambd = 0.8;
+  compute_advantages(batch, ppo, algorithms::KlEstimator::kK1);
+  const std::vector<at::Tensor> advantages = batch.get("advantages");
+  const std::vector<at::Tensor> returns = batch.get("returns");
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    const std::vector<double> mask = values_of(batch.samples[i].response_mask);
+    const std::vector<double> value = values_of(critic_values[i]);
+    const int64_t length = static_cast<int64_t>(mask.size());
+    int64_t last_counted = length - 1;
+    while (mask[last_counted] == 0) --last_counted;
+    std::vector<double> expected(length);
+    double next_advantage = 0, next_value = 0;
+    for (int64_t t = length - 1; t >= 0; --t) {
+      const double reward = t == last_counted ? batch.rewards[i] : 0.0;
+      const double delta = reward + 0.9 * next_value - value[t];
+      expected[t] = delta + 0.9 * 0.8 * next_advantage;
+      next_advantage = expected[t];
+      next_value = value[t];
+    }
+    const std::vector<double> got = values_of(advantages[i]);
+    const std::vector<double> target = values_of(returns[i]);
+    for (int64_t t = 0; t < length; ++t) {
+      EXPECT_NEAR(got[t], expected[t], 1e-6) << "sample " << i << " token " << t;
+      EXPECT_NEAR(target[t], expected[t] + value[t], 1e-6) << "sample " << i << " token " << t;
+    }
+  }
+}
+
+TEST(RolloutBatch, MistakesNameTheSample) {
+  auto groups = two_groups();
+  groups[1][1].reward = nullptr;
+  EXPECT_CONTAINS(error_message_of<Error>([&] { rollout_batch(groups); }),
+                  "sample 4 (group 1) has no reward yet");
+  groups = two_groups();
+  groups[0][2].loss_mask.pop_back();
+  EXPECT_CONTAINS(error_message_of<Error>([&] { rollout_batch(groups); }),
+                  "sample 2 (group 0): loss_mask has 3 entries for 4 response tokens");
+  groups = two_groups();
+  groups[1].pop_back();
+  EXPECT_CONTAINS(error_message_of<Error>([&] { rollout_batch(groups); }),
+                  "group 1 has 2 samples, the first 3");
+  groups = two_groups();
+  groups[0][0].reward = {{"score", 0.5}};
+  EXPECT_EQ(rollout_batch(groups, "score").rewards[0], 0.5);
+
+  RolloutBatch batch = rollout_batch(two_groups());
+  algorithms::AdvantageOptions ppo;
+  ppo.estimator = algorithms::AdvantageEstimator::kPpo;
+  EXPECT_CONTAINS(error_message_of<Error>(
+                      [&] { compute_advantages(batch, ppo, algorithms::KlEstimator::kK1); }),
+                  "no per-token \"values\"");
+  algorithms::AdvantageOptions shaped;
+  shaped.kl_coef = 0.1;
+  EXPECT_CONTAINS(error_message_of<Error>(
+                      [&] { compute_advantages(batch, shaped, algorithms::KlEstimator::kK1); }),
+                  "no per-token \"old_log_probs\"");
+  EXPECT_CONTAINS(error_message_of<Error>([&] {
+                    batch.set("old_log_probs", std::vector<at::Tensor>(6, at::zeros({1})));
+                  }),
+                  "sample 0 has 2 response tokens");
+}
+
+}  // namespace rollout_batch_test
+}  // namespace ooze::launcher

@@ -1,0 +1,273 @@
+#include "trainer/train_actor.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "actors/actor_class.h"
+#include "actors/kv_store.h"
+#include "actors/runtime.h"
+#include "comm/process_group.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/tensor_serialization.h"
+#include "core/timer.h"
+#include "fsdp/checkpoint.h"
+#include "fsdp/fsdp_transformer.h"
+#include "fsdp/hf_export.h"
+#include "fsdp/lr_schedule.h"
+#include "fsdp/sharded_adamw.h"
+#include "fsdp/sharded_loading.h"
+#include "models/model_config.h"
+#include "trainer/reference_model.h"
+
+namespace ooze::trainer {
+namespace {
+
+int env_int(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) {
+    throw Error(std::string("TrainActor needs ") + name + ": spawn it in an ActorGroup");
+  }
+  return std::atoi(value);
+}
+
+// The device this rank computes on: the GPU the node gave its worker, else the CPU.
+at::Device compute_device() {
+  if (!torch::cuda::is_available()) return at::kCPU;
+  const char* index = std::getenv("OOZE_DEVICE_INDEX");
+  return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index ? std::atoi(index) : 0));
+}
+
+}  // namespace
+
+struct TrainActor::State {
+  int rank = 0;
+  int world_size = 1;
+  std::string model_dir;
+  at::Device device = at::kCPU;
+  std::shared_ptr<comm::Communicator> comm;
+  std::unique_ptr<fsdp::FsdpTransformer> model;
+  std::unique_ptr<ReferenceModel> reference;
+  std::unique_ptr<fsdp::ShardedAdamW> optimizer;
+  std::unique_ptr<fsdp::LrSchedule> schedule;
+  TrainerOptions options;
+  fsdp::TrainingProgress progress;
+  std::string group_name;
+  std::unique_ptr<WeightSyncer> weight_syncer;
+};
+
+TrainActor::TrainActor() = default;
+TrainActor::~TrainActor() = default;
+
+int64_t TrainActor::init(const TrainInit& init) {
+  at::set_num_threads(1);
+  auto state = std::make_unique<State>();
+  state->rank = env_int("RANK");
+  state->world_size = env_int("WORLD_SIZE");
+  state->options = init.options;
+  state->model_dir = init.model_dir;
+  state->group_name = init.group_name;
+  state->device = compute_device();
+  comm::ProcessGroupOptions group = init.options.distributed;
+  group.host = actors::node_address();
+  state->comm = comm::init_process_group(
+      std::make_shared<comm::PrefixStore>(init.group_name, std::make_shared<actors::KvStore>()),
+      state->rank, state->world_size, init.group_name, state->device, group);
+
+  const TrainerOptions& options = init.options;
+  fsdp::FsdpTransformerOptions fsdp_options;
+  fsdp_options.shard.mixed_precision.param_dtype = options.bf16 ? torch::kBFloat16 : torch::kFloat;
+  fsdp_options.shard.reshard_after_forward = options.reshard_after_forward;
+  fsdp_options.shard.prefetch = options.prefetch;
+  fsdp_options.activation_checkpointing = options.gradient_checkpointing;
+  fsdp_options.context_parallel_size = options.packing.context_parallel_size;
+  fsdp_options.cp_impl = options.cp_impl;
+  models::ModelConfig config = models::load_model_config(init.model_dir);
+  const bool critic = init.role == TrainerRole::kCritic;
+  models::TransformerModel model(
+      config, std::nullopt, critic ? models::ModelHead::kValue : models::ModelHead::kLanguageModel);
+  if (critic) {
+    // A policy's checkpoint has no value head: it starts at 0, every value 0.
+    torch::NoGradGuard no_grad;
+    model->value_head()->weight.zero_();
+  }
+  model->to(state->device);
+  state->model = std::make_unique<fsdp::FsdpTransformer>(model, state->comm, fsdp_options);
+  fsdp::load_sharded_safetensors(
+      state->model->sharded(), init.model_dir,
+      critic ? std::set<std::string>{"score.weight"} : std::set<std::string>{});
+  if (init.reference_model) {
+    // Before any step (and before a checkpoint is loaded): the initial policy, exactly.
+    state->reference = std::make_unique<ReferenceModel>(
+        init.ref_load.empty()
+            ? ReferenceModel::copy_of(*state->model, fsdp_options)
+            : ReferenceModel::from_hf_checkpoint(init.ref_load, state->comm, fsdp_options));
+  }
+  fsdp::ShardedAdamWOptions adam;
+  adam.beta1 = options.adam_beta1;
+  adam.beta2 = options.adam_beta2;
+  adam.eps = options.adam_eps;
+  adam.weight_decay = options.weight_decay;
+  state->optimizer = std::make_unique<fsdp::ShardedAdamW>(state->model->sharded(), adam);
+  state->schedule =
+      std::make_unique<fsdp::LrSchedule>(lr_schedule_options(options), options.total_iters);
+  int64_t parameters = 0;
+  for (const auto& parameter : state->model->model()->parameters()) parameters += parameter.numel();
+  state_ = std::move(state);
+  return parameters;
+}
+
+TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
+  if (!state_) throw Error("TrainActor::train_step before init");
+  const auto start = std::chrono::steady_clock::now();
+  const TrainerOptions& options = state_->options;
+  fsdp::TrainingProgress& progress = state_->progress;
+  const double lr = state_->schedule->lr_at(progress.lr_completed_steps);
+  TrainStepOptions step_options;
+  step_options.packing = options.packing;
+  step_options.loss_aggregation = options.loss_aggregation;
+  step_options.clip_grad = options.clip_grad;
+  step_options.loss_type = options.loss_type;
+  step_options.policy_loss = options.policy_loss;
+  step_options.value_loss = options.value_loss;
+  step_options.temperature = options.temperature;
+  TrainStepResult result =
+      trainer::train_step(*state_->model, *state_->optimizer, lr, batch.samples, step_options);
+  // As in Megatron, a skipped step counts as an iteration but does not advance the schedule.
+  progress.iteration += 1;
+  progress.lr_completed_steps += result.skipped ? 0 : 1;
+  progress.consumed_samples += result.samples;
+  result.compute_seconds = seconds_since(start);
+  return result;
+}
+
+ResponseLogProbs TrainActor::compute_log_probs(const TrainBatch& batch, double temperature,
+                                               bool with_entropy) {
+  if (!state_) throw Error("TrainActor::compute_log_probs before init");
+  return trainer::compute_log_probs(*state_->model, batch.samples, state_->options.packing,
+                                    temperature, with_entropy);
+}
+
+ResponseLogProbs TrainActor::compute_ref_log_probs(const TrainBatch& batch, double temperature) {
+  if (!state_) throw Error("TrainActor::compute_ref_log_probs before init");
+  if (!state_->reference) {
+    throw Error(
+        "TrainActor::compute_ref_log_probs: this trainer holds no reference model (init it "
+        "with reference_model, as --use-kl-loss and --kl-coef do)");
+  }
+  return state_->reference->compute_log_probs(batch.samples, state_->options.packing, temperature);
+}
+
+std::vector<at::Tensor> TrainActor::compute_values(const TrainBatch& batch) {
+  if (!state_) throw Error("TrainActor::compute_values before init");
+  return trainer::compute_values(*state_->model, batch.samples, state_->options.packing);
+}
+
+fsdp::TrainingProgress TrainActor::save(const std::string& dir) {
+  if (!state_) throw Error("TrainActor::save before init");
+  fsdp::save_checkpoint(dir, state_->progress, state_->model->sharded(), *state_->optimizer);
+  return state_->progress;
+}
+
+fsdp::TrainingProgress TrainActor::load(const std::string& dir) {
+  if (!state_) throw Error("TrainActor::load before init");
+  return load_iteration(dir, state_->options.ckpt_step);
+}
+
+fsdp::TrainingProgress TrainActor::load_iteration(const std::string& dir, int64_t iteration) {
+  if (!state_) throw Error("TrainActor::load_iteration before init");
+  fsdp::CheckpointLoadOptions options;
+  if (iteration >= 0) options.iteration = iteration;
+  options.load_rng = state_->options.load_rng;
+  fsdp::ShardedAdamW* optimizer = state_->options.load_optim ? state_->optimizer.get() : nullptr;
+  state_->progress = fsdp::load_checkpoint(dir, state_->model->sharded(), optimizer, options);
+  return state_->progress;
+}
+
+std::string TrainActor::save_hf(const std::string& dir) {
+  if (!state_) throw Error("TrainActor::save_hf before init");
+  fsdp::export_hf_model(dir, *state_->model, state_->model_dir);
+  return dir;
+}
+
+void TrainActor::connect_rollout_engines(const RolloutEngineConnection& connection) {
+  if (!state_) throw Error("TrainActor::connect_rollout_engines before init");
+  if (connection.engines.empty()) throw ConfigError("connect_rollout_engines: no engine given");
+  // The engines compute in one dtype, which the trainer casts its weights to.
+  const auto timeout = connection.options.timeout();
+  std::string dtype;
+  for (size_t i = 0; i < connection.engines.size(); ++i) {
+    const auto& engine = connection.engines[i];
+    const engine::EngineInfo info = engine.call(&serving::RolloutEngine::info).get(timeout);
+    if (i > 0 && info.dtype != dtype) {
+      throw ConfigError("the rollout engines of one trainer must share a dtype: engine " +
+                        std::to_string(i) + " (" + engine.label() + ") computes in " + info.dtype +
+                        ", engine 0 in " + dtype);
+    }
+    dtype = info.dtype;
+  }
+  state_->weight_syncer.reset();  // its buffers and group go before the new ones form
+  state_->weight_syncer = std::make_unique<WeightSyncer>(
+      state_->model->sharded(), models::dtype_from_name(dtype, "the rollout engines' dtype"),
+      connection.engines,
+      connection.colocate ? EnginePlacement::kColocated : EnginePlacement::kDisaggregated,
+      connection.options, state_->group_name);
+}
+
+WeightSyncReport TrainActor::update_weights(int64_t version, bool abort_in_flight) {
+  if (!state_ || !state_->weight_syncer) {
+    throw Error("TrainActor::update_weights before connect_rollout_engines");
+  }
+  return state_->weight_syncer->sync(version, abort_in_flight);
+}
+
+WeightSyncReport TrainActor::update_engine_weights(int64_t index, int64_t version) {
+  if (!state_ || !state_->weight_syncer) {
+    throw Error("TrainActor::update_engine_weights before connect_rollout_engines");
+  }
+  if (index < 0) throw ConfigError("update_engine_weights: engine index " + std::to_string(index));
+  return state_->weight_syncer->sync_engine(static_cast<size_t>(index), version);
+}
+
+void TrainActor::sleep() {
+  if (!state_) throw Error("TrainActor::sleep before init");
+  state_->model->sleep();
+  state_->optimizer->sleep();
+}
+
+void TrainActor::wake_up() {
+  if (!state_) throw Error("TrainActor::wake_up before init");
+  state_->model->wake_up();
+  state_->optimizer->wake_up();
+}
+
+int64_t TrainActor::state_bytes() const {
+  if (!state_) return 0;
+  const size_t reference = state_->reference ? state_->reference->sharded().allocated_bytes() : 0;
+  return static_cast<int64_t>(state_->model->sharded().allocated_bytes() +
+                              state_->optimizer->state_bytes() + reference);
+}
+
+namespace {
+const auto train_actor_class =
+    actors::ActorClass<TrainActor>("TrainActor")
+        .method("init", &TrainActor::init)
+        .method("train_step", &TrainActor::train_step)
+        .method("compute_log_probs", &TrainActor::compute_log_probs)
+        .method("compute_ref_log_probs", &TrainActor::compute_ref_log_probs)
+        .method("compute_values", &TrainActor::compute_values)
+        .method("save", &TrainActor::save)
+        .method("load", &TrainActor::load)
+        .method("load_iteration", &TrainActor::load_iteration)
+        .method("save_hf", &TrainActor::save_hf)
+        .method("connect_rollout_engines", &TrainActor::connect_rollout_engines)
+        .method("update_weights", &TrainActor::update_weights)
+        .method("update_engine_weights", &TrainActor::update_engine_weights)
+        .method("sleep", &TrainActor::sleep)
+        .method("wake_up", &TrainActor::wake_up)
+        .method("state_bytes", &TrainActor::state_bytes);
+}  // namespace
+
+}  // namespace ooze::trainer

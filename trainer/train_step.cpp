@@ -1,0 +1,404 @@
+#include "trainer/train_step.h"
+
+#include <functional>
+#include <numeric>
+
+#include "algorithms/sft_loss.h"
+#include "core/error.h"
+#include "fsdp/context_parallel_gather.h"
+#include "fsdp/optimizer_step.h"
+#include "models/causal_attention.h"
+#include "models/context_parallel_split.h"
+#include "models/log_probs.h"
+
+namespace ooze::trainer {
+namespace {
+
+using algorithms::LossMetrics;
+
+// Where the model computes: its master shards' device.
+at::Device device_of(fsdp::FsdpTransformer& model) {
+  return model.sharded().unit(0).master_shard().device();
+}
+
+// A micro-batch of one padding token that nothing counts (loss mask 0, values 0), with the
+// value names of `samples`. An empty micro-batch still runs the model, since its gathers and
+// reduce-scatters are collectives the other ranks wait on; this one adds exactly nothing.
+fsdp::PackedMicroBatch padding_micro_batch(const std::vector<fsdp::PackingSample>& samples) {
+  fsdp::PackingSample padding;
+  padding.tokens = at::zeros({1}, at::kLong);
+  padding.response_length = 0;
+  if (!samples.empty()) {
+    for (const auto& [name, values] : samples[0].response_values) {
+      padding.response_values[name] = at::empty({0}, values.options().device(at::kCPU));
+    }
+  }
+  return fsdp::pack_micro_batch({padding}, {0});
+}
+
+// Samples are packed on the host and each micro-batch is then copied to the model's device at
+// once (no-op on the CPU).
+fsdp::PackedMicroBatch pack_on(const at::Device& device,
+                               const std::vector<fsdp::PackingSample>& samples,
+                               const std::vector<int64_t>& indices) {
+  fsdp::PackedMicroBatch batch =
+      indices.empty() ? padding_micro_batch(samples) : fsdp::pack_micro_batch(samples, indices);
+  if (batch.tokens.device() == device) return batch;
+  batch.tokens = batch.tokens.to(device);
+  batch.position_ids = batch.position_ids.to(device);
+  batch.cu_seqlens = batch.cu_seqlens.to(device);
+  batch.loss_mask = batch.loss_mask.to(device);
+  for (auto& [name, values] : batch.token_values) values = values.to(device);
+  return batch;
+}
+
+comm::Communicator* group_of(fsdp::FsdpTransformer& model) {
+  fsdp::FullyShardedModule& sharded = model.sharded();
+  return sharded.world_size() > 1 ? sharded.communicator().get() : nullptr;
+}
+
+// The samples a rank is given are its data-parallel group's (split_across_ranks deals the same
+// share to the CP ranks of a group), and the micro-batch layout follows from the packing options:
+// the model's CP size and the options' must agree, or ranks would plan different steps.
+void check_context_parallel_size(fsdp::FsdpTransformer& model,
+                                 const fsdp::PackingOptions& options) {
+  if (options.context_parallel_size != model.cp_size()) {
+    throw Error("the packing options say context_parallel_size = " +
+                std::to_string(options.context_parallel_size) + " but the model was built with " +
+                std::to_string(model.cp_size()) +
+                "; pass the trainer's --context-parallel-size to both");
+  }
+}
+
+// Steps 1-2: this rank's micro-batches. Each forward and backward is a sequence of
+// collectives, so every rank runs as many micro-batches as the busiest rank needs; a rank with
+// fewer samples runs empty ones. A rank with malformed samples must not leave the others waiting
+// in a collective either: every rank checks its samples first, and the ranks agree on the
+// outcome before any forward.
+std::vector<std::vector<int64_t>> plan_micro_batches(
+    fsdp::FsdpTransformer& model, const std::vector<fsdp::PackingSample>& samples,
+    const fsdp::PackingOptions& options) {
+  std::vector<int64_t> mine(samples.size());
+  std::iota(mine.begin(), mine.end(), int64_t{0});
+  std::vector<int64_t> lengths;
+  int64_t needed = 0;
+  std::string problem;
+  try {
+    fsdp::check_samples(samples);
+    lengths = fsdp::sample_lengths(samples);
+    needed = fsdp::count_micro_batches(lengths, mine, options);
+  } catch (const Error& error) {
+    problem = error.what();
+  }
+  at::Tensor agreed = at::tensor({needed, problem.empty() ? int64_t{0} : int64_t{1}}, at::kLong);
+  if (comm::Communicator* group = group_of(model)) group->all_reduce(agreed, comm::ReduceOp::MAX);
+  if (!problem.empty()) throw Error(problem);
+  if (agreed[1].item<int64_t>() != 0) {
+    throw Error("another rank of group '" + model.sharded().communicator()->name() +
+                "' was given malformed samples (its error names them); no rank trained");
+  }
+  const int64_t count = agreed[0].item<int64_t>();
+  if (count == 0) throw Error("no rank of the group was given any sample");
+  return fsdp::split_into_micro_batches(lengths, mine, count, options);
+}
+
+// Step 3: the model's outputs for every packed token of the micro-batch, computed by `head`
+// from the hidden states and the next tokens they predict.
+//
+// Under context parallelism each rank runs the model on its share of the micro-batch, with next
+// tokens taken from the whole micro-batch before it is split; the outputs are then gathered over
+// the CP group, so every rank of the group goes on with the whole micro-batch's outputs, as with
+// CP = 1.
+using Head =
+    std::function<std::vector<at::Tensor>(const at::Tensor& hidden, const at::Tensor& next_tokens)>;
+
+std::vector<at::Tensor> run_model(fsdp::FsdpTransformer& model, const fsdp::PackedMicroBatch& batch,
+                                  const Head& head) {
+  const at::Tensor next_tokens = at::roll(batch.tokens, -1);
+  if (model.cp_size() == 1) {
+    return head(model.forward(batch.tokens, batch.position_ids, batch.cu_seqlens), next_tokens);
+  }
+  const auto split =
+      std::make_shared<const models::ContextParallelSplit>(models::split_for_context_parallel(
+          models::sequence_offsets(batch.cu_seqlens, batch.num_tokens()), model.cp_size(),
+          model.cp_rank()));
+  at::Tensor hidden = model.forward_context_parallel(split->shard(batch.tokens),
+                                                     split->shard(batch.position_ids), split);
+  std::vector<at::Tensor> outputs = head(hidden, split->shard(next_tokens));
+  for (at::Tensor& output : outputs) {
+    output = fsdp::gather_context_parallel(output, *split, model.cp_group());
+  }
+  return outputs;
+}
+
+// The model predicts token t from position t - 1: each output moves to the token it is about, 0
+// on each sample's first token (nothing predicts it).
+at::Tensor align_to_predicted_tokens(const fsdp::PackedMicroBatch& batch,
+                                     const at::Tensor& outputs) {
+  return at::where(batch.position_ids == 0, at::zeros_like(outputs), at::roll(outputs, 1));
+}
+
+// log p(token t | the earlier tokens of its sample) for every packed token.
+models::TokenLogProbs token_log_probs(fsdp::FsdpTransformer& model,
+                                      const fsdp::PackedMicroBatch& batch, double temperature,
+                                      bool with_entropy) {
+  const std::vector<at::Tensor> outputs =
+      run_model(model, batch, [&](const at::Tensor& hidden, const at::Tensor& next_tokens) {
+        models::TokenLogProbs predicted =
+            models::compute_token_log_probs(hidden, model.lm_head_weight(), next_tokens,
+                                            temperature, /*chunk_tokens=*/1024, with_entropy);
+        if (!with_entropy) return std::vector<at::Tensor>{predicted.log_probs};
+        return std::vector<at::Tensor>{predicted.log_probs, predicted.entropy};
+      });
+  models::TokenLogProbs aligned;
+  aligned.log_probs = align_to_predicted_tokens(batch, outputs[0]);
+  if (with_entropy) aligned.entropy = align_to_predicted_tokens(batch, outputs[1]);
+  return aligned;
+}
+
+// A critic's value of every packed token, fp32: the value head on the state it was sampled from.
+at::Tensor token_values(fsdp::FsdpTransformer& model, const fsdp::PackedMicroBatch& batch) {
+  const std::vector<at::Tensor> outputs =
+      run_model(model, batch, [&](const at::Tensor& hidden, const at::Tensor&) {
+        return std::vector<at::Tensor>{
+            at::matmul(hidden, model.value_head_weight().t()).squeeze(-1).to(at::kFloat)};
+      });
+  return align_to_predicted_tokens(batch, outputs[0]);
+}
+
+// The step's value of every metric on every rank: sums add up, maxima and minima combine. The
+// ranks of a CP group computed the same losses of the same micro-batches: only the first one's
+// sums count.
+std::map<std::string, double> reduce_over_ranks(fsdp::FsdpTransformer& model,
+                                                const LossMetrics& metrics) {
+  std::vector<double> sums, extremes;  // maxima, and minima negated
+  const bool counts_sums = model.cp_rank() == 0;
+  for (const auto& [name, entry] : metrics.entries()) {
+    if (entry.reduction == LossMetrics::Reduction::kSum) {
+      sums.push_back(counts_sums ? entry.value : 0.0);
+    }
+    if (entry.reduction == LossMetrics::Reduction::kMax) extremes.push_back(entry.value);
+    if (entry.reduction == LossMetrics::Reduction::kMin) extremes.push_back(-entry.value);
+  }
+  at::Tensor sum_tensor = at::tensor(sums, at::kDouble);
+  at::Tensor extreme_tensor = at::tensor(extremes, at::kDouble);
+  if (comm::Communicator* group = group_of(model)) {
+    if (!sums.empty()) group->all_reduce(sum_tensor, comm::ReduceOp::SUM);
+    if (!extremes.empty()) group->all_reduce(extreme_tensor, comm::ReduceOp::MAX);
+  }
+  std::map<std::string, double> reduced;
+  int64_t s = 0, e = 0;
+  for (const auto& [name, entry] : metrics.entries()) {
+    switch (entry.reduction) {
+      case LossMetrics::Reduction::kSum:
+        reduced[name] = sum_tensor[s++].item<double>();
+        break;
+      case LossMetrics::Reduction::kMax:
+        reduced[name] = extreme_tensor[e++].item<double>();
+        break;
+      case LossMetrics::Reduction::kMin:
+        reduced[name] = -extreme_tensor[e++].item<double>();
+        break;
+    }
+  }
+  return reduced;
+}
+
+algorithms::LossOutput sft_loss_of(fsdp::FsdpTransformer& model,
+                                   const fsdp::PackedMicroBatch& batch,
+                                   const algorithms::LossScale& scale) {
+  const models::TokenLogProbs predicted =
+      token_log_probs(model, batch, /*temperature=*/1.0, /*with_entropy=*/false);
+  return algorithms::sft_loss({batch.cu_seqlens, batch.loss_mask, predicted.log_probs, {}}, scale);
+}
+
+// The per-token values come with the samples; only those the options use are looked up, so a
+// missing one is named (PackedMicroBatch::value) and an unused one costs nothing. A rank without
+// samples trains on a padding micro-batch that counts nothing: its values are zeros.
+algorithms::LossOutput policy_loss_of(fsdp::FsdpTransformer& model,
+                                      const fsdp::PackedMicroBatch& batch, bool rank_has_samples,
+                                      const TrainStepOptions& options,
+                                      const algorithms::LossScale& scale) {
+  const algorithms::PolicyLossOptions& policy = options.policy_loss;
+  // Entropy is always reported (train/entropy_loss); it carries a gradient only when the loss
+  // has an entropy term.
+  const models::TokenLogProbs predicted =
+      token_log_probs(model, batch, options.temperature, /*with_entropy=*/true);
+  auto value = [&](const std::string& name) {
+    return rank_has_samples ? batch.value(name) : at::zeros_like(predicted.log_probs);
+  };
+  algorithms::PolicyLossInputs inputs;
+  inputs.cu_seqlens = batch.cu_seqlens;
+  inputs.loss_mask = batch.loss_mask;
+  inputs.log_probs = predicted.log_probs;
+  inputs.entropy = policy.entropy_coef != 0 ? predicted.entropy : predicted.entropy.detach();
+  inputs.old_log_probs = value("old_log_probs");
+  inputs.advantages = value("advantages");
+  if (policy.use_kl_loss) inputs.ref_log_probs = value("ref_log_probs");
+  if (policy.mismatch.needs_rollout_log_probs()) {
+    inputs.rollout_log_probs = value("rollout_log_probs");
+  }
+  return algorithms::policy_loss(inputs, policy, scale);
+}
+
+// The critic's clipped value loss against the returns, from each sample's "values" (at rollout
+// time) and "returns".
+algorithms::LossOutput value_loss_of(fsdp::FsdpTransformer& model,
+                                     const fsdp::PackedMicroBatch& batch, bool rank_has_samples,
+                                     const TrainStepOptions& options,
+                                     const algorithms::LossScale& scale) {
+  const at::Tensor values = token_values(model, batch);
+  auto value = [&](const std::string& name) {
+    return rank_has_samples ? batch.value(name) : at::zeros_like(values);
+  };
+  algorithms::ValueLossInputs inputs;
+  inputs.cu_seqlens = batch.cu_seqlens;
+  inputs.loss_mask = batch.loss_mask;
+  inputs.values = values;
+  inputs.old_values = value("values");
+  inputs.returns = value("returns");
+  return algorithms::value_loss(inputs, options.value_loss, scale);
+}
+
+algorithms::LossOutput loss_of(fsdp::FsdpTransformer& model, const fsdp::PackedMicroBatch& batch,
+                               bool rank_has_samples, const TrainStepOptions& options,
+                               const algorithms::LossScale& scale) {
+  switch (options.loss_type) {
+    case LossType::kPolicyLoss:
+      return policy_loss_of(model, batch, rank_has_samples, options, scale);
+    case LossType::kSftLoss:
+      return sft_loss_of(model, batch, scale);
+    case LossType::kValueLoss:
+      return value_loss_of(model, batch, rank_has_samples, options, scale);
+  }
+  throw Error("unknown loss type");
+}
+
+// Scores this rank's samples without gradients, micro-batch by micro-batch: `score` gives the
+// per-token outputs of a micro-batch, which come back per sample: outputs[k][i] is output k of
+// sample i, [R_i] fp32 over its response tokens.
+std::vector<std::vector<at::Tensor>> score_responses(
+    fsdp::FsdpTransformer& model, const std::vector<fsdp::PackingSample>& samples,
+    const fsdp::PackingOptions& packing, size_t num_outputs,
+    const std::function<std::vector<at::Tensor>(const fsdp::PackedMicroBatch&)>& score) {
+  check_context_parallel_size(model, packing);
+  at::NoGradGuard no_grad;
+  std::vector<std::vector<at::Tensor>> outputs(num_outputs,
+                                               std::vector<at::Tensor>(samples.size()));
+  const at::Device device = device_of(model);
+  for (const std::vector<int64_t>& indices : plan_micro_batches(model, samples, packing)) {
+    const fsdp::PackedMicroBatch batch = pack_on(device, samples, indices);
+    std::vector<at::Tensor> scored;
+    try {
+      scored = score(batch);
+    } catch (...) {
+      model.reshard();  // nothing stays gathered for a forward that has no backward
+      throw;
+    }
+    model.reshard();
+    for (size_t k = 0; k < num_outputs; ++k) {
+      const std::vector<at::Tensor> responses =
+          fsdp::unpack_responses(batch, scored[k].to(at::kCPU, at::kFloat));
+      for (size_t b = 0; b < indices.size(); ++b) outputs[k][indices[b]] = responses[b].clone();
+    }
+  }
+  return outputs;
+}
+
+}  // namespace
+
+fsdp::PackingSample language_modeling_sample(const std::vector<int64_t>& tokens) {
+  if (tokens.size() < 2) {
+    throw Error(
+        "a training sequence needs at least 2 tokens (one to predict from, one to "
+        "predict), got " +
+        std::to_string(tokens.size()));
+  }
+  fsdp::PackingSample sample;
+  sample.tokens = at::tensor(tokens, at::kLong);
+  sample.response_length = static_cast<int64_t>(tokens.size()) - 1;
+  return sample;
+}
+
+TrainStepResult accumulate_gradients(fsdp::FsdpTransformer& model,
+                                     const std::vector<fsdp::PackingSample>& samples,
+                                     const TrainStepOptions& options) {
+  check_context_parallel_size(model, options.packing);
+  const std::vector<std::vector<int64_t>> micro_batches =
+      plan_micro_batches(model, samples, options.packing);
+
+  // The loss is normalised by the whole step's counts, over every rank (the C ranks of a CP group
+  // hold the same samples: they are counted once). The ranks of a CP group each contribute a
+  // part of the same micro-batch's gradient, which FSDP averages over all W = D x C ranks
+  // (loss_aggregation.h).
+  double loss_tokens = 0;
+  for (const fsdp::PackingSample& sample : samples) {
+    loss_tokens += sample.response_mask.defined() ? sample.response_mask.sum().item<double>()
+                                                  : static_cast<double>(sample.response_length);
+  }
+  at::Tensor counts = at::tensor({loss_tokens, static_cast<double>(samples.size())}, at::kDouble);
+  if (comm::Communicator* group = group_of(model)) group->all_reduce(counts, comm::ReduceOp::SUM);
+  algorithms::LossScale scale;
+  scale.aggregation = options.loss_aggregation;
+  const int64_t cp_size = model.cp_size();
+  scale.global_tokens = counts[0].item<double>() / static_cast<double>(cp_size);
+  scale.global_sequences = counts[1].item<double>() / static_cast<double>(cp_size);
+  scale.dp_size = model.sharded().world_size() / cp_size;
+  scale.cp_size = cp_size;
+
+  const at::Device device = device_of(model);
+  LossMetrics metrics;
+  for (const std::vector<int64_t>& indices : micro_batches) {
+    const fsdp::PackedMicroBatch batch = pack_on(device, samples, indices);
+    const algorithms::LossOutput loss = loss_of(model, batch, !samples.empty(), options, scale);
+    model.backward(loss.loss);
+    metrics.merge(loss.metrics);
+  }
+
+  TrainStepResult out;
+  out.metrics = reduce_over_ranks(model, metrics);
+  out.samples = static_cast<int64_t>(scale.global_sequences);
+  out.loss_tokens = static_cast<int64_t>(scale.global_tokens);
+  out.micro_batches = static_cast<int64_t>(micro_batches.size());
+  return out;
+}
+
+TrainStepResult train_step(fsdp::FsdpTransformer& model, fsdp::ShardedAdamW& optimizer, double lr,
+                           const std::vector<fsdp::PackingSample>& samples,
+                           const TrainStepOptions& options) {
+  TrainStepResult out = accumulate_gradients(model, samples, options);
+  const fsdp::OptimizerStepResult step =
+      fsdp::clip_and_step(model.sharded(), optimizer, lr, options.clip_grad);
+  out.grad_norm = step.grad_norm;
+  out.lr = lr;
+  out.skipped = step.skipped;
+  return out;
+}
+
+ResponseLogProbs compute_log_probs(fsdp::FsdpTransformer& model,
+                                   const std::vector<fsdp::PackingSample>& samples,
+                                   const fsdp::PackingOptions& packing, double temperature,
+                                   bool with_entropy) {
+  std::vector<std::vector<at::Tensor>> scored = score_responses(
+      model, samples, packing, with_entropy ? 2 : 1, [&](const fsdp::PackedMicroBatch& batch) {
+        models::TokenLogProbs predicted = token_log_probs(model, batch, temperature, with_entropy);
+        if (!with_entropy) return std::vector<at::Tensor>{predicted.log_probs};
+        return std::vector<at::Tensor>{predicted.log_probs, predicted.entropy};
+      });
+  ResponseLogProbs out;
+  out.log_probs = std::move(scored[0]);
+  if (with_entropy) out.entropy = std::move(scored[1]);
+  return out;
+}
+
+std::vector<at::Tensor> compute_values(fsdp::FsdpTransformer& model,
+                                       const std::vector<fsdp::PackingSample>& samples,
+                                       const fsdp::PackingOptions& packing) {
+  return score_responses(model, samples, packing, 1,
+                         [&](const fsdp::PackedMicroBatch& batch) {
+                           return std::vector<at::Tensor>{token_values(model, batch)};
+                         })
+      .front();
+}
+
+}  // namespace ooze::trainer

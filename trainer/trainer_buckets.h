@@ -1,0 +1,72 @@
+// The trainer's full weights, cut into weight-sync buckets (weight_sync/bucket.h) straight from
+// the FSDP shards: the trainer's end of every transfer path.
+//
+// The walk goes unit by unit in forward order (embeddings, layers, the root: the Hugging Face
+// order of a checkpoint) and entry by entry within a unit. A unit is all-gathered (fp32
+// master, fsdp::FullyShardedModule::gather_full_master) when the walk first needs it and freed
+// when it has passed it, so at any time a rank holds its shards, at most the one unit being cut,
+// and the bucket buffers the caller passes. Each tensor is converted to the engine's dtype as it
+// is copied into the bucket (no full-size temporary).
+//
+//   TrainerBuckets buckets(fsdp.sharded(), at::kBFloat16, max_bucket_bytes);
+//   for (size_t k = 0; k < buckets.plan().size(); ++k) {
+//     buckets.pack(k, &buffer);   // every rank of the trainer calls it, in order (a collective)
+//     ...hand `buffer` over...
+//   }
+//
+// Ranks that hand nothing over pass nullptr: they take part in the gathers only.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weight_sync/bucket.h"
+
+namespace ooze::fsdp {
+class FullyShardedModule;
+}
+
+namespace ooze::trainer {
+
+class TrainerBuckets {
+ public:
+  // Plans the buckets (plan_buckets) of every parameter of `model` in `engine_dtype`.
+  TrainerBuckets(fsdp::FullyShardedModule& model, at::ScalarType engine_dtype,
+                 int64_t max_bucket_bytes);
+
+  const std::vector<weight_sync::BucketManifest>& plan() const { return plan_; }
+  // The largest bucket's size: what a reused buffer needs.
+  int64_t largest_bucket_bytes() const;
+  int64_t total_bytes() const;
+
+  // Cuts bucket `index` into *buffer (a contiguous 1-D uint8 tensor of at least the bucket's
+  // nbytes, any device), or only takes part in the gathers when buffer is nullptr. Buckets go in
+  // order 0, 1, ...; after the last the walk starts over by itself. Throws Error when called out
+  // of order.
+  void pack(size_t index, at::Tensor* buffer);
+  // Abandons a walk midway: frees the gathered unit and starts again at bucket 0.
+  void restart();
+
+ private:
+  // Where a manifest entry's values live: unit and entry of fsdp's flat parameters.
+  struct Source {
+    size_t unit = 0;
+    size_t entry = 0;
+  };
+
+  // The full flat values of `unit`, gathered if the walk has just reached it.
+  const at::Tensor& gathered(size_t unit);
+
+  fsdp::FullyShardedModule& model_;
+  std::vector<weight_sync::BucketManifest> plan_;
+  std::vector<std::vector<Source>> sources_;  // per bucket, per manifest entry
+  size_t next_bucket_ = 0;
+  size_t gathered_unit_ = 0;
+  at::Tensor gathered_;  // undefined when no unit is gathered
+};
+
+}  // namespace ooze::trainer

@@ -1,0 +1,436 @@
+#include "trainer/weight_syncer.h"
+
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "actors/kv_store.h"
+#include "comm/process_group.h"
+#include "core/checksum.h"
+#include "core/logging.h"
+#include "core/timer.h"
+#include "fsdp/fully_shard.h"
+
+namespace ooze::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The per-entry CRC-32s of a packed bucket (what every engine's parameters must hash to).
+void add_checksums(const weight_sync::BucketManifest& manifest, const at::Tensor& buffer,
+                   std::map<std::string, uint32_t>& sums) {
+  const at::Tensor bytes = buffer.narrow(0, 0, manifest.nbytes).to(at::kCPU).contiguous();
+  const auto* data = bytes.data_ptr<uint8_t>();
+  for (const weight_sync::BucketEntry& entry : manifest.entries) {
+    sums[entry.name] = crc32(data + entry.offset, static_cast<size_t>(entry.nbytes));
+  }
+}
+
+}  // namespace
+
+// One engine of a sync. The first failure sticks: the engine gets nothing more in this sync.
+struct WeightSyncer::Target {
+  size_t index = 0;
+  const EngineHandle* engine = nullptr;
+  std::string failure;
+
+  bool ok() const { return failure.empty(); }
+  std::string name() const {
+    return "engine " + std::to_string(index) + " (" + engine->label() + ", actor " + engine->id() +
+           ")";
+  }
+};
+
+namespace {
+
+// Waits for an engine's answer within the sync's timeout; a failure is recorded on the target
+// (naming `what`) instead of thrown, so the rank's other engines go on.
+template <class R>
+bool await(actors::Future<R>& future, const std::string& what, std::chrono::milliseconds timeout,
+           std::string& failure, R* value = nullptr) {
+  try {
+    if constexpr (std::is_void_v<R>) {
+      future.get(timeout);
+    } else {
+      R result = future.get(timeout);
+      if (value != nullptr) *value = std::move(result);
+    }
+    return true;
+  } catch (const actors::GetTimeoutError&) {
+    failure = what + ": no answer within " + std::to_string(timeout.count() / 1000.0) +
+              " s (--weight-sync-timeout)";
+  } catch (const std::exception& e) {
+    failure = what + ": " + e.what();
+  }
+  return false;
+}
+
+}  // namespace
+
+template <class Method, class... Args>
+void WeightSyncer::call_targets(std::vector<Target>& targets, const std::string& what,
+                                Method method, const Args&... args) {
+  using Answer = decltype(targets.front().engine->call(method, args...));
+  std::vector<std::optional<Answer>> answers(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i].ok()) answers[i] = targets[i].engine->call(method, args...);
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (answers[i]) await(*answers[i], what, options_.timeout(), targets[i].failure);
+  }
+}
+
+WeightSyncer::WeightSyncer(fsdp::FullyShardedModule& model, at::ScalarType engine_dtype,
+                           std::vector<EngineHandle> engines, EnginePlacement placement,
+                           WeightSyncOptions options, std::string name)
+    : model_(model),
+      engines_(std::move(engines)),
+      placement_(placement),
+      options_(options),
+      name_(std::move(name)),
+      buckets_(model, engine_dtype, options.update_weight_buffer_size),
+      rank_(model.rank()),
+      world_size_(model.world_size()),
+      engine_mapped_(engines_.size(), false) {
+  for (const EngineHandle& engine : engines_) engine_restarts_.push_back(engine.info().restarts);
+  if (engines_.empty()) throw ConfigError("WeightSyncer: no rollout engine to sync");
+  weight_sync::cleanup_stale_segments();  // left by trainers that died mid-sync
+}
+
+WeightSyncer::~WeightSyncer() = default;
+
+std::vector<size_t> WeightSyncer::served_engines() const {
+  std::vector<size_t> served;
+  for (size_t i = 0; i < engines_.size(); ++i) {
+    if (placement_ == EnginePlacement::kColocated
+            ? static_cast<int>(i % static_cast<size_t>(world_size_)) == rank_
+            : rank_ == 0) {
+      served.push_back(i);
+    }
+  }
+  return served;
+}
+
+WeightSyncReport WeightSyncer::sync(int64_t version, bool abort_in_flight) {
+  std::vector<size_t> all(engines_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return run(version, abort_in_flight, all);
+}
+
+WeightSyncReport WeightSyncer::sync_engine(size_t index, int64_t version) {
+  if (index >= engines_.size()) {
+    throw ConfigError("sync_engine: there is no engine " + std::to_string(index) + " (" +
+                      std::to_string(engines_.size()) + " engines)");
+  }
+  engine_mapped_[index] = false;  // a restarted engine has mapped nothing
+  leave_group_of(index);          // nor joined any group
+  return run(version, /*abort_in_flight=*/true, {index});
+}
+
+WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
+                                   const std::vector<size_t>& indices) {
+  const Clock::time_point start = Clock::now();
+  WeightSyncReport report;
+  report.version = version;
+  report.buckets = static_cast<int64_t>(buckets_.plan().size());
+  report.bytes = buckets_.total_bytes();
+
+  std::vector<Target> targets;
+  const std::vector<size_t> served = served_engines();
+  for (size_t index : indices) {
+    if (std::find(served.begin(), served.end(), index) == served.end()) continue;
+    // An engine the runtime restarted since the last sync (it died between two) is a new
+    // process: it has mapped no buffer and joined no group.
+    const int32_t restarts = engines_[index].info().restarts;
+    if (restarts != engine_restarts_[index]) {
+      engine_mapped_[index] = false;
+      leave_group_of(index);
+      engine_restarts_[index] = restarts;
+    }
+    targets.push_back(Target{index, &engines_[index], ""});
+  }
+  trainer_checksums_.clear();
+  if (targets.empty()) {
+    walk_without_delivering(report);  // the other ranks' gathers need this rank's shards
+    report.seconds = seconds_since(start);
+    return report;
+  }
+
+  Clock::time_point control = Clock::now();
+  const auto timeout = options_.timeout();
+  call_targets(targets, "begin_weight_sync(" + std::to_string(version) + ")",
+               &serving::RolloutEngine::begin_weight_sync, version, abort_in_flight,
+               static_cast<int64_t>(timeout.count()));
+  report.control_seconds += seconds_since(control);
+
+  if (placement_ == EnginePlacement::kColocated) {
+    deliver_colocated(targets, report);
+  } else {
+    deliver_broadcast(targets, report);
+  }
+
+  control = Clock::now();
+  call_targets(targets, "finish_weight_sync", &serving::RolloutEngine::finish_weight_sync, version);
+  if (options_.check) check_checksums(targets);
+  report.control_seconds += seconds_since(control);
+
+  std::ostringstream failures;
+  int64_t delivered = 0;
+  for (Target& t : targets) {
+    if (t.ok()) {
+      ++delivered;
+      continue;
+    }
+    failures << "\n  " << t.name() << ": " << t.failure;
+    engine_mapped_[t.index] = false;  // restarted, it maps the buffers anew
+    leave_group_of(t.index);          // and joins a new group
+    // Best effort: an engine still alive must not wait out its own timeout to refuse requests.
+    try {
+      t.engine->call(&serving::RolloutEngine::abort_weight_sync, t.failure).get(timeout);
+    } catch (const std::exception&) {
+    }
+  }
+  report.engines = delivered;
+  report.seconds = seconds_since(start);
+  if (!failures.str().empty()) {
+    throw WeightSyncError("weight sync to version " + std::to_string(version) +
+                          " from trainer rank " + std::to_string(rank_) + " failed for " +
+                          std::to_string(targets.size() - static_cast<size_t>(delivered)) + " of " +
+                          std::to_string(targets.size()) +
+                          " engines (the others have it):" + failures.str());
+  }
+  return report;
+}
+
+void WeightSyncer::leave_group_of(size_t index) {
+  if (std::find(group_members_.begin(), group_members_.end(), index) == group_members_.end()) {
+    return;
+  }
+  group_.reset();
+  group_members_.clear();
+}
+
+void WeightSyncer::walk_without_delivering(WeightSyncReport& report) {
+  const Clock::time_point start = Clock::now();
+  for (size_t k = 0; k < buckets_.plan().size(); ++k) buckets_.pack(k, nullptr);
+  report.pack_seconds += seconds_since(start);
+}
+
+void WeightSyncer::open_shared_buffers(std::vector<Target>& targets) {
+  bool all_mapped = !shared_.empty();
+  for (const Target& t : targets) all_mapped = all_mapped && engine_mapped_[t.index];
+  if (all_mapped) return;
+  // New buffers for everyone this rank serves: the old names are gone from /dev/shm.
+  shared_.clear();
+  shared_segments_.clear();
+  cuda_buffers_.clear();
+  std::fill(engine_mapped_.begin(), engine_mapped_.end(), false);
+  const at::Device device = model_.unit(0).master_shard().device();
+  weight_sync::SharedWeightBuffers buffers;
+  buffers.cuda_ipc = device.is_cuda();
+  buffers.nbytes = buckets_.largest_bucket_bytes();
+  for (int i = 0; i < 2; ++i) {
+    if (buffers.cuda_ipc) {
+      cuda_buffers_.push_back(weight_sync::CudaIpcBuffer::create(buffers.nbytes, device.index()));
+      buffers.handles.push_back(cuda_buffers_.back().handle());
+      shared_.push_back(cuda_buffers_.back().as_tensor());
+    } else {
+      shared_segments_.push_back(weight_sync::SharedMemorySegment::create(buffers.nbytes));
+      buffers.handles.push_back(shared_segments_.back().name());
+      shared_.push_back(shared_segments_.back().as_tensor());
+    }
+  }
+  call_targets(targets, "mapping the shared weight buffers",
+               &serving::RolloutEngine::open_shared_weight_buffers, buffers);
+  for (const Target& t : targets) engine_mapped_[t.index] = t.ok();
+  for (weight_sync::SharedMemorySegment& segment : shared_segments_)
+    segment.unlink();  // the mappings stay
+}
+
+void WeightSyncer::pack(size_t k, at::Tensor& buffer, WeightSyncReport& report) {
+  const Clock::time_point start = Clock::now();
+  buckets_.pack(k, &buffer);
+  if (options_.check) add_checksums(buckets_.plan()[k], buffer, trainer_checksums_);
+  report.pack_seconds += seconds_since(start);
+}
+
+void WeightSyncer::deliver_colocated(std::vector<Target>& targets, WeightSyncReport& report) {
+  const Clock::time_point control = Clock::now();
+  open_shared_buffers(targets);
+  report.control_seconds += seconds_since(control);
+  const std::vector<weight_sync::BucketManifest>& plan = buckets_.plan();
+
+  // Each engine's load of the bucket before, in flight while the next is packed into the other
+  // buffer.
+  std::vector<std::optional<actors::Future<void>>> loading(targets.size());
+  auto wait_loads = [&](size_t bucket) {
+    const Clock::time_point start = Clock::now();
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (!loading[i]) continue;
+      await(*loading[i],
+            "loading bucket " + std::to_string(bucket) + " of " + std::to_string(plan.size()),
+            options_.timeout(), targets[i].failure);
+      loading[i].reset();
+    }
+    report.transfer_seconds += seconds_since(start);
+  };
+  for (size_t k = 0; k < plan.size(); ++k) {
+    at::Tensor buffer = shared_[k % 2];
+    pack(k, buffer, report);
+    // CUDA orders nothing across processes: the bucket is complete before an engine reads it.
+    if (buffer.is_cuda()) torch::cuda::synchronize(buffer.device().index());
+    if (k > 0) wait_loads(k - 1);  // frees the other buffer for bucket k+1
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (!targets[i].ok()) continue;
+      loading[i] = targets[i].engine->call(&serving::RolloutEngine::load_shared_weight_bucket,
+                                           static_cast<int>(k % 2), plan[k]);
+    }
+  }
+  if (!plan.empty()) wait_loads(plan.size() - 1);
+}
+
+void WeightSyncer::form_group(std::vector<Target>& targets) {
+  std::vector<size_t> members;
+  for (const Target& t : targets) members.push_back(t.index);
+  if (group_ && members == group_members_) return;
+  group_.reset();
+  group_members_.clear();
+  // Keys of an earlier group stay in the head's store: every group this process forms gets a
+  // name of its own, whichever syncer forms it.
+  static std::atomic<int64_t> groups_formed{0};
+  const std::string name =
+      name_ + "/weight-sync-" + std::to_string(::getpid()) + "-" + std::to_string(++groups_formed);
+  comm::ProcessGroupOptions options;
+  options.timeout_minutes = options_.timeout_seconds / 60;
+  options.host = actors::node_address();
+  const int world_size = static_cast<int>(targets.size()) + 1;
+  std::vector<actors::Future<void>> joined;
+  for (size_t j = 0; j < targets.size(); ++j) {
+    weight_sync::BroadcastGroupSpec spec{name, static_cast<int>(j) + 1, world_size, options};
+    joined.push_back(
+        targets[j].engine->call(&serving::RolloutEngine::join_weight_sync_group, spec));
+  }
+  std::string failure;
+  try {
+    group_ = comm::init_process_group(
+        std::make_shared<comm::PrefixStore>(name, std::make_shared<actors::KvStore>()), 0,
+        world_size, name, model_.unit(0).master_shard().device(), options);
+  } catch (const std::exception& e) {
+    failure = std::string("the broadcast group '") + name + "' did not form: " + e.what();
+  }
+  for (size_t j = 0; j < targets.size(); ++j) {
+    await(joined[j], "joining the broadcast group '" + name + "'", options_.timeout(),
+          targets[j].failure);
+  }
+  for (Target& t : targets) {
+    if (!failure.empty() && t.ok()) t.failure = failure;
+    if (!t.ok()) group_.reset();
+  }
+  if (group_) group_members_ = members;
+}
+
+void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncReport& report) {
+  const Clock::time_point control = Clock::now();
+  // A group needs every member: one engine out before the broadcast stops them all.
+  auto out = std::find_if(targets.begin(), targets.end(), [](const Target& t) { return !t.ok(); });
+  if (out != targets.end()) {
+    const std::string why = "not synced: " + out->name() + " failed before the broadcast";
+    for (Target& t : targets) {
+      if (t.ok()) t.failure = why;
+    }
+  } else {
+    form_group(targets);
+  }
+  report.control_seconds += seconds_since(control);
+  if (!group_ || !targets.front().ok()) {
+    walk_without_delivering(report);  // the other trainer ranks' gathers need this rank
+    return;
+  }
+  const std::vector<weight_sync::BucketManifest>& plan = buckets_.plan();
+  std::vector<actors::Future<int64_t>> receiving;
+  for (Target& t : targets) {
+    receiving.push_back(t.engine->call(&serving::RolloutEngine::receive_weight_buckets, plan));
+  }
+  const at::TensorOptions byte_options =
+      at::TensorOptions(at::kByte).device(model_.unit(0).master_shard().device());
+  for (at::Tensor& buffer : broadcast_buffers_) {
+    if (!buffer.defined()) buffer = at::empty({buckets_.largest_bucket_bytes()}, byte_options);
+  }
+  comm::WorkPtr sending;
+  std::string broadcast_failure;
+  auto wait_sending = [&](size_t bucket) {
+    const Clock::time_point start = Clock::now();
+    try {
+      sending->wait();
+    } catch (const std::exception& e) {
+      broadcast_failure = "broadcasting bucket " + std::to_string(bucket) + " of " +
+                          std::to_string(plan.size()) + " failed: " + e.what();
+    }
+    sending.reset();
+    report.transfer_seconds += seconds_since(start);
+  };
+  for (size_t k = 0; k < plan.size(); ++k) {
+    at::Tensor buffer = broadcast_buffers_[k % 2].narrow(0, 0, plan[k].nbytes);
+    pack(k, buffer, report);  // while bucket k-1 is on the wire
+    if (sending) wait_sending(k - 1);
+    if (broadcast_failure.empty()) sending = group_->broadcast_async(buffer, 0);
+  }
+  if (sending) wait_sending(plan.size() - 1);
+  const Clock::time_point start = Clock::now();
+  for (size_t i = 0; i < targets.size(); ++i) {
+    await(receiving[i], "receiving the buckets", options_.timeout(), targets[i].failure);
+    if (!broadcast_failure.empty() && targets[i].ok()) targets[i].failure = broadcast_failure;
+  }
+  report.transfer_seconds += seconds_since(start);
+  if (!broadcast_failure.empty()) group_.reset();  // out of step: the next sync forms a new one
+  // GPU memory goes back to training (and to a colocated engine) between syncs.
+  if (broadcast_buffers_[0].is_cuda()) {
+    broadcast_buffers_[0] = at::Tensor();
+    broadcast_buffers_[1] = at::Tensor();
+  }
+}
+
+void WeightSyncer::check_checksums(std::vector<Target>& targets) {
+  std::vector<std::optional<actors::Future<std::vector<std::pair<std::string, uint32_t>>>>> sums(
+      targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i].ok())
+      sums[i] = targets[i].engine->call(&serving::RolloutEngine::weight_checksums);
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (!sums[i]) continue;
+    std::vector<std::pair<std::string, uint32_t>> engine_sums;
+    if (!await(*sums[i], "--check-weight-sync: reading the engine's checksums", options_.timeout(),
+               targets[i].failure, &engine_sums)) {
+      continue;
+    }
+    const std::map<std::string, uint32_t> by_name(engine_sums.begin(), engine_sums.end());
+    for (const weight_sync::BucketManifest& bucket :
+         buckets_.plan()) {  // walk order: the first that differs
+      for (const weight_sync::BucketEntry& entry : bucket.entries) {
+        auto found = by_name.find(entry.name);
+        const uint32_t expected = trainer_checksums_.at(entry.name);
+        if (found == by_name.end() || found->second != expected) {
+          std::ostringstream what;
+          what << "--check-weight-sync: tensor '" << entry.name << "' (bucket " << bucket.index
+               << ") differs from the trainer's: CRC-32 " << std::hex
+               << (found == by_name.end() ? 0u : found->second) << " on the engine, " << expected
+               << " on the trainer";
+          if (found == by_name.end()) what << " (the engine has no such tensor)";
+          targets[i].failure = what.str();
+          break;
+        }
+      }
+      if (!targets[i].ok()) break;
+    }
+  }
+}
+
+}  // namespace ooze::trainer
