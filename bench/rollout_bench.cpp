@@ -47,7 +47,8 @@
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 namespace models = ooze::models;
-namespace rollout = ooze::rollout;
+namespace engine = ooze::engine;
+namespace serving = ooze::serving;
 
 using ooze::bench::print_line;
 using ooze::bench::ScopedTempDir;

@@ -46,7 +46,9 @@
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 namespace models = ooze::models;
+namespace engine = ooze::engine;
 namespace rollout = ooze::rollout;
+namespace serving = ooze::serving;
 
 using ooze::bench::print_line;
 using ooze::bench::ScopedTempDir;

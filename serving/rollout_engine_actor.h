@@ -15,7 +15,7 @@
 //   ... train ...
 //   actor.call(&RolloutEngine::resume_memory).get();
 //   actor.call(&RolloutEngine::load_weights, named_tensors, std::optional<int64_t>(step)).get();
-//   // weight sync from a trainer: weight_sync::WeightSyncer calls the weight-sync methods below
+//   // weight sync from a trainer: trainer::WeightSyncer calls the weight-sync methods below
 //
 // Calls that overlap. The runtime runs an actor's calls on max_concurrency threads (1 by
 // default: one call at a time, in the order each caller made them). With one thread, abort() or

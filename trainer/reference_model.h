@@ -6,7 +6,7 @@
 //   ReferenceModel reference = ReferenceModel::copy_of(policy);    // before the first step
 //   ResponseLogProbs ref = reference.compute_log_probs(samples, packing_options);
 //
-// Log-probs come from the policy's own scoring path (fsdp::compute_log_probs in train_step.h:
+// Log-probs come from the policy's own scoring path (compute_log_probs in train_step.h:
 // the same plan, pack and forward, fp32 log-probs under NoGradGuard, every unit resharded
 // afterwards). It is a collective over the model's group, like any forward of a sharded model:
 // every rank calls it, each with its own samples.
@@ -46,7 +46,7 @@ class ReferenceModel {
                                            std::shared_ptr<comm::Communicator> comm,
                                            fsdp::FsdpTransformerOptions options = {});
 
-  // log p of each response token of each sample at `temperature`, as fsdp::compute_log_probs.
+  // log p of each response token of each sample at `temperature`, as compute_log_probs.
   ResponseLogProbs compute_log_probs(const std::vector<fsdp::PackingSample>& samples,
                                      const fsdp::PackingOptions& packing, double temperature = 1.0,
                                      bool with_entropy = false);

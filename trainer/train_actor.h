@@ -90,7 +90,7 @@ class TrainActor {
   int64_t init(const TrainInit& init);
   TrainStepResult train_step(const TrainBatch& batch);
   // log p of every response token of each sample (and its entropy with `with_entropy`), in the
-  // batch's order, at `temperature` (fsdp::compute_log_probs); a collective like train_step.
+  // batch's order, at `temperature` (trainer::compute_log_probs); a collective like train_step.
   ResponseLogProbs compute_log_probs(const TrainBatch& batch, double temperature,
                                      bool with_entropy);
   // The same under the frozen reference model (init with reference_model); a collective.

@@ -100,7 +100,7 @@ at::Tensor pack_bucket(const BucketManifest& manifest, const std::vector<at::Ten
 
 // The bucket's tensors, in entry order, as views of `buffer` (no copy: they share its storage
 // and keep it alive) with each entry's dtype and shape, ready for
-// rollout::Engine::load_weights. Throws FormatError naming the bucket (and entry) when the
+// engine::Engine::load_weights. Throws FormatError naming the bucket (and entry) when the
 // manifest is malformed or `buffer` is not a contiguous 1-D uint8 tensor of manifest.nbytes
 // elements whose entries can be viewed in place.
 std::vector<std::pair<std::string, at::Tensor>> unpack_bucket(const BucketManifest& manifest,
