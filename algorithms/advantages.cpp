@@ -111,16 +111,35 @@ std::string advantage_estimator_name(AdvantageEstimator estimator) {
   return "?";
 }
 
-AdvantageOptions AdvantageOptions::from_config(const Config& config) {
-  AdvantageOptions options;
-  options.estimator = parse_advantage_estimator(config.get<std::string>("advantage_estimator"));
-  options.rewards_normalization = !config.get<bool>("disable_rewards_normalization");
-  options.grpo_std_normalization = !config.get<bool>("disable_grpo_std_normalization");
-  options.normalize_advantages = config.get<bool>("normalize_advantages");
-  options.kl_coef = config.get<double>("kl_coef");
-  options.gamma = config.get<double>("gamma");
-  options.lambd = config.get<double>("lambd");
-  return options;
+const OptionFields<AdvantageOptions>& AdvantageOptions::fields() {
+  using O = AdvantageOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.add_enum("advantage_estimator", &O::estimator,
+               {AdvantageEstimator::kGrpo, AdvantageEstimator::kGspo, AdvantageEstimator::kCispo,
+                AdvantageEstimator::kRloo, AdvantageEstimator::kReinforcePlusPlus,
+                AdvantageEstimator::kReinforcePlusPlusBaseline, AdvantageEstimator::kPpo},
+               advantage_estimator_name,
+               "Advantage estimator; gspo and cispo use grpo's advantages with the GSPO "
+               "(sequence-level ratio) and CISPO policy losses.");
+    f.add("disable_rewards_normalization", &O::disable_rewards_normalization,
+          "Do not subtract the group mean reward (grpo, gspo, cispo, "
+          "reinforce_plus_plus_baseline).");
+    f.add("disable_grpo_std_normalization", &O::disable_grpo_std_normalization,
+          "Do not divide by the group's reward std (Dr.GRPO).");
+    f.add("normalize_advantages", &O::normalize_advantages,
+          "Whiten advantages over the step's response tokens across data-parallel ranks (always "
+          "done for the reinforce_plus_plus estimators).");
+    f.add("gamma", &O::gamma, "Discount of ppo (GAE) and reinforce_plus_plus returns.")
+        .min(0)
+        .max(1);
+    f.add("lambd", &O::lambd, "GAE lambda of ppo.").min(0).max(1);
+    f.add("kl_coef", &O::kl_coef,
+          "KL penalty in the token rewards (ppo, reinforce_plus_plus estimators).")
+        .min(0);
+    return f;
+  }();
+  return fields;
 }
 
 bool AdvantageOptions::whitens_advantages() const {
@@ -295,10 +314,10 @@ AdvantageResult compute_advantages(const AdvantageInputs& inputs, const Advantag
     case AdvantageEstimator::kGrpo:
     case AdvantageEstimator::kGspo:
     case AdvantageEstimator::kCispo: {
-      at::Tensor scalar = options.rewards_normalization
-                              ? group_normalized_rewards(inputs.rewards, inputs.group_size,
-                                                         options.grpo_std_normalization)
-                              : inputs.rewards;
+      at::Tensor scalar = options.disable_rewards_normalization
+                              ? inputs.rewards
+                              : group_normalized_rewards(inputs.rewards, inputs.group_size,
+                                                         !options.disable_grpo_std_normalization);
       result.advantages = broadcast_over_tokens(scalar, masks, dtype);
       break;
     }
@@ -316,10 +335,10 @@ AdvantageResult compute_advantages(const AdvantageInputs& inputs, const Advantag
       break;
     }
     case AdvantageEstimator::kReinforcePlusPlusBaseline: {
-      at::Tensor scalar = options.rewards_normalization
-                              ? group_normalized_rewards(inputs.rewards, inputs.group_size,
-                                                         /*divide_by_std=*/false)
-                              : inputs.rewards;
+      at::Tensor scalar = options.disable_rewards_normalization
+                              ? inputs.rewards
+                              : group_normalized_rewards(inputs.rewards, inputs.group_size,
+                                                         /*divide_by_std=*/false);
       result.advantages = broadcast_over_tokens(scalar, masks, dtype);
       // As in the token rewards: no KL penalty on tokens outside the loss mask.
       for (size_t i = 0; i < kl.size(); ++i) {

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "core/option_fields.h"
 
 namespace ooze::algorithms {
 
@@ -48,20 +48,18 @@ AdvantageEstimator parse_advantage_estimator(const std::string& name);
 std::string advantage_estimator_name(AdvantageEstimator estimator);
 
 struct AdvantageOptions {
-  AdvantageEstimator estimator = AdvantageEstimator::kGrpo;
-  // Subtract the group mean (grpo, gspo, cispo, reinforce_plus_plus_baseline); off with
-  // --disable-rewards-normalization.
-  bool rewards_normalization = true;
-  // Divide by the group's std (grpo, gspo, cispo); off with --disable-grpo-std-normalization.
-  bool grpo_std_normalization = true;
+  AdvantageEstimator estimator = AdvantageEstimator::kGrpo;  // --advantage-estimator
+  // Keep the group mean (grpo, gspo, cispo, reinforce_plus_plus_baseline subtract it otherwise).
+  bool disable_rewards_normalization = false;
+  // Do not divide by the group's std (grpo, gspo, cispo): Dr.GRPO.
+  bool disable_grpo_std_normalization = false;
   bool normalize_advantages = false;  // --normalize-advantages
   double kl_coef = 0;                 // --kl-coef: KL penalty in the token rewards
   double gamma = 1.0;                 // --gamma: discount
   double lambd = 1.0;                 // --lambd: GAE lambda
 
-  // Reads advantage_estimator, disable_rewards_normalization, disable_grpo_std_normalization,
-  // normalize_advantages, kl_coef, gamma and lambd.
-  static AdvantageOptions from_config(const Config& config);
+  // The flags above, Slime's names.
+  static const OptionFields<AdvantageOptions>& fields();
 
   // True when the advantages must be whitened over the step (all DP ranks) after
   // compute_advantages: always for the reinforce_plus_plus estimators, else with

@@ -24,9 +24,11 @@ bool puts_kl_in_rewards(AdvantageEstimator estimator) {
 
 AlgorithmOptions AlgorithmOptions::from_config(const Config& config) {
   AlgorithmOptions options;
-  options.advantage = AdvantageOptions::from_config(config);
-  options.policy_loss = PolicyLossOptions::from_config(config);
-  options.value_loss = ValueLossOptions::from_config(config);
+  options.advantage = AdvantageOptions::fields().read(config);
+  options.policy_loss = PolicyLossOptions::fields().read(config);
+  options.value_loss = ValueLossOptions::fields().read(config);
+  // As Slime: the estimator picks the policy loss.
+  options.policy_loss.kind = policy_loss_kind_for(options.advantage.estimator);
   options.validate();
   return options;
 }
@@ -57,61 +59,9 @@ void AlgorithmOptions::validate() const {
 
 void add_algorithm_fields(ConfigSchema& schema) {
   schema.section("algorithm");
-  schema.add_enum("advantage_estimator",
-                  {"grpo", "gspo", "cispo", "rloo", "reinforce_plus_plus",
-                   "reinforce_plus_plus_baseline", "ppo"},
-                  "grpo",
-                  "Advantage estimator; gspo and cispo use grpo's advantages with the GSPO "
-                  "(sequence-level ratio) and CISPO policy losses.");
-  schema.add_bool("disable_rewards_normalization", false,
-                  "Do not subtract the group mean reward (grpo, gspo, cispo, "
-                  "reinforce_plus_plus_baseline).");
-  schema.add_bool("disable_grpo_std_normalization", false,
-                  "Do not divide by the group's reward std (Dr.GRPO).");
-  schema.add_bool("normalize_advantages", false,
-                  "Whiten advantages over the step's response tokens across data-parallel ranks "
-                  "(always done for the reinforce_plus_plus estimators).");
-  schema.add_double("gamma", 1.0, "Discount of ppo (GAE) and reinforce_plus_plus returns.")
-      .min(0)
-      .max(1);
-  schema.add_double("lambd", 1.0, "GAE lambda of ppo.").min(0).max(1);
-  schema
-      .add_double("kl_coef", 0.0,
-                  "KL penalty in the token rewards (ppo, reinforce_plus_plus estimators).")
-      .min(0);
-  schema.add_bool("use_kl_loss", false, "Add KL(policy || reference) to the loss (GRPO).");
-  schema.add_double("kl_loss_coef", 0.0, "Coefficient of the KL loss.").min(0);
-  schema.add_enum("kl_loss_type", {"k1", "k2", "k3", "low_var_kl"}, "k1",
-                  "KL estimator of the KL loss and of the kl_coef reward penalty.");
-  schema.add_bool("use_unbiased_kl", false,
-                  "Weight the KL loss by the current/old policy ratio (unbiased KL).");
-  schema.add_double("eps_clip", 0.2, "PPO clip: the ratio's lower bound is 1 - eps_clip.")
-      .greater_than(0);
-  schema
-      .add_double("eps_clip_high", 0.0,
-                  "PPO clip: the ratio's upper bound is 1 + eps_clip_high (DAPO's clip-higher); "
-                  "0 means eps_clip.")
-      .min(0);
-  schema
-      .add_double("eps_clip_c", 0.0,
-                  "Dual-clip PPO bound (> 1) on the loss of negative advantages; 0 turns it off.")
-      .min(0);
-  schema.add_double("entropy_coef", 0.0, "Entropy bonus coefficient.").min(0);
-  schema.add_bool("use_tis", false,
-                  "Weight the policy loss by the train/inference importance ratio (TIS).");
-  schema.add_double("tis_clip", 2.0, "Upper bound of the TIS ratio.").greater_than(0);
-  schema.add_double("tis_clip_low", 0.0, "Lower bound of the TIS ratio.").min(0);
-  schema.add_enum("tis_level", {"token", "sequence", "geometric"}, "token",
-                  "TIS ratio per token, per sequence (product), or per sequence geometric mean.");
-  schema.add_enum("tis_mode", {"clip", "mask"}, "clip",
-                  "Ratios outside the TIS bounds are clipped (truncated IS) or masked (icepop).");
-  schema.add_bool("get_mismatch_metrics", false,
-                  "Log train/inference log-prob mismatch metrics without --use-tis.");
-  schema.add_bool("use_opsm", false,
-                  "Off-policy sequence masking: drop negative-advantage samples whose policy "
-                  "drifted by more than opsm_delta.");
-  schema.add_double("opsm_delta", 1e-4, "OPSM threshold on the mean old/current log-ratio.").min(0);
-  schema.add_double("value_clip", 0.2, "Clip of the critic's value change (ppo).").greater_than(0);
+  AdvantageOptions::fields().declare(schema);
+  PolicyLossOptions::fields().declare(schema);
+  ValueLossOptions::fields().declare(schema);
 
   schema.add_check("algorithm_options", [](const Config& config) {
     try {

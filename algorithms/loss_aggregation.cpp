@@ -26,14 +26,6 @@ std::string loss_aggregation_name(LossAggregation aggregation) {
   return "?";
 }
 
-void add_loss_aggregation_field(ConfigSchema& schema, LossAggregation default_value) {
-  schema.section("loss");
-  schema.add_enum("loss_aggregation", {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum"},
-                  loss_aggregation_name(default_value),
-                  "Loss normalisation over the step: per token, mean of per-sample means (Slime's "
-                  "default), or mean of per-sample sums (Dr.GRPO).");
-}
-
 void LossScale::validate(int64_t micro_batch_sequences) const {
   if (dp_size < 1 || cp_size < 1) {
     throw Error("LossScale: dp_size and cp_size must be >= 1, got dp_size = " +

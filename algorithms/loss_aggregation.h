@@ -2,9 +2,9 @@
 //
 // The objective of a step is J = sum over every response token t of the step (all DP ranks, all
 // micro-batches) of x_t * w_t, with
-//   token-mean:           w_t = m_t / N_tokens                       (--loss-aggregation
-//   token-mean) seq-mean-token-mean:  w_t = m_t / (n_s(t) * N_sequences)         (the default,
-//   Slime's) seq-mean-token-sum:   w_t = m_t / N_sequences                    (Dr.GRPO)
+//   token-mean           w_t = m_t / N_tokens
+//   seq-mean-token-mean  w_t = m_t / (n_s(t) * N_sequences)   (the default, Slime's)
+//   seq-mean-token-sum   w_t = m_t / N_sequences              (Dr.GRPO)
 // where m_t is the loss mask, n_s the response tokens of the token's sample, N_tokens the step's
 // response tokens and N_sequences the step's samples. N_tokens and N_sequences are GLOBAL: the
 // trainer all-reduces them over the DP group before the first micro-batch.
@@ -27,7 +27,7 @@
 #include <string>
 
 #include "algorithms/packed_sequences.h"
-#include "core/config.h"
+#include "core/option_fields.h"
 
 namespace ooze::algorithms {
 
@@ -38,11 +38,18 @@ enum class LossAggregation { kTokenMean, kSequenceMeanTokenMean, kSequenceMeanTo
 LossAggregation parse_loss_aggregation(const std::string& name);
 std::string loss_aggregation_name(LossAggregation aggregation);
 
-// Declares the "loss" section: loss_aggregation (--loss-aggregation), which every loss the
-// trainer computes follows, with `default_value` as its default.
-void add_loss_aggregation_field(
-    ConfigSchema& schema,
-    LossAggregation default_value = LossAggregation::kSequenceMeanTokenMean);
+// --loss-aggregation, which every loss the trainer computes follows, as the flag of `member`.
+template <class Options>
+FieldSpec& add_loss_aggregation_field(OptionFields<Options>& fields,
+                                      LossAggregation Options::*member) {
+  return fields.add_enum(
+      "loss_aggregation", member,
+      {LossAggregation::kTokenMean, LossAggregation::kSequenceMeanTokenMean,
+       LossAggregation::kSequenceMeanTokenSum},
+      loss_aggregation_name,
+      "Loss normalisation over the step: per token, mean of per-sample means (Slime's default), "
+      "or mean of per-sample sums (Dr.GRPO).");
+}
 
 struct LossScale {
   LossAggregation aggregation = LossAggregation::kSequenceMeanTokenMean;

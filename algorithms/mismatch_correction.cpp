@@ -6,29 +6,38 @@
 #include "core/error.h"
 
 namespace ooze::algorithms {
-TisLevel parse_tis_level(const std::string& name) {
-  if (name == "token") return TisLevel::kToken;
-  if (name == "sequence") return TisLevel::kSequence;
-  if (name == "geometric") return TisLevel::kGeometric;
-  throw ConfigError("unknown TIS level '" + name + "': expected token, sequence or geometric");
+std::string tis_level_name(TisLevel level) {
+  switch (level) {
+    case TisLevel::kToken:
+      return "token";
+    case TisLevel::kSequence:
+      return "sequence";
+    case TisLevel::kGeometric:
+      return "geometric";
+  }
+  return "?";
 }
 
-TisMode parse_tis_mode(const std::string& name) {
-  if (name == "clip") return TisMode::kClip;
-  if (name == "mask") return TisMode::kMask;
-  throw ConfigError("unknown TIS mode '" + name + "': expected clip or mask");
-}
+std::string tis_mode_name(TisMode mode) { return mode == TisMode::kClip ? "clip" : "mask"; }
 
-MismatchCorrectionOptions MismatchCorrectionOptions::from_config(const Config& config) {
-  MismatchCorrectionOptions options;
-  options.use_tis = config.get<bool>("use_tis");
-  options.tis_clip = config.get<double>("tis_clip");
-  options.tis_clip_low = config.get<double>("tis_clip_low");
-  options.level = parse_tis_level(config.get<std::string>("tis_level"));
-  options.mode = parse_tis_mode(config.get<std::string>("tis_mode"));
-  options.get_mismatch_metrics = config.get<bool>("get_mismatch_metrics");
-  options.validate();
-  return options;
+const OptionFields<MismatchCorrectionOptions>& MismatchCorrectionOptions::fields() {
+  using O = MismatchCorrectionOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.add("use_tis", &O::use_tis,
+          "Weight the policy loss by the train/inference importance ratio (TIS).");
+    f.add("tis_clip", &O::tis_clip, "Upper bound of the TIS ratio.").greater_than(0);
+    f.add("tis_clip_low", &O::tis_clip_low, "Lower bound of the TIS ratio.").min(0);
+    f.add_enum("tis_level", &O::level,
+               {TisLevel::kToken, TisLevel::kSequence, TisLevel::kGeometric}, tis_level_name,
+               "TIS ratio per token, per sequence (product), or per sequence geometric mean.");
+    f.add_enum("tis_mode", &O::mode, {TisMode::kClip, TisMode::kMask}, tis_mode_name,
+               "Ratios outside the TIS bounds are clipped (truncated IS) or masked (icepop).");
+    f.add("get_mismatch_metrics", &O::get_mismatch_metrics,
+          "Log train/inference log-prob mismatch metrics without --use-tis.");
+    return f;
+  }();
+  return fields;
 }
 
 void MismatchCorrectionOptions::validate() const {

@@ -16,16 +16,16 @@
 
 #include "algorithms/loss_metrics.h"
 #include "algorithms/packed_sequences.h"
-#include "core/config.h"
+#include "core/option_fields.h"
 
 namespace ooze::algorithms {
 
 enum class TisLevel { kToken, kSequence, kGeometric };
 enum class TisMode { kClip, kMask };
 
-// "token", "sequence", "geometric" / "clip", "mask"; throw ooze::ConfigError otherwise.
-TisLevel parse_tis_level(const std::string& name);
-TisMode parse_tis_mode(const std::string& name);
+// "token", "sequence", "geometric" / "clip", "mask": the --tis-level / --tis-mode spellings.
+std::string tis_level_name(TisLevel level);
+std::string tis_mode_name(TisMode mode);
 
 struct MismatchCorrectionOptions {
   bool use_tis = false;               // --use-tis: weight the policy-gradient loss
@@ -35,17 +35,12 @@ struct MismatchCorrectionOptions {
   TisMode mode = TisMode::kClip;      // --tis-mode
   bool get_mismatch_metrics = false;  // --get-mismatch-metrics: metrics without weighting
 
-  // Reads use_tis, tis_clip, tis_clip_low, tis_level, tis_mode and get_mismatch_metrics.
-  static MismatchCorrectionOptions from_config(const Config& config);
+  // --use-tis, --tis-clip, --tis-clip-low, --tis-level, --tis-mode, --get-mismatch-metrics.
+  static const OptionFields<MismatchCorrectionOptions>& fields();
   // Throws ConfigError unless tis_clip_low < tis_clip (the only rule relating these fields).
   void validate() const;
   // Whether the loss needs rollout log-probs.
   bool needs_rollout_log_probs() const { return use_tis || get_mismatch_metrics; }
-
-  template <class A>
-  void serialize(A& ar) {
-    ar(use_tis, tis_clip, tis_clip_low, level, mode, get_mismatch_metrics);
-  }
 };
 
 struct RolloutImportanceWeights {

@@ -19,24 +19,36 @@ PolicyLossKind policy_loss_kind_for(AdvantageEstimator estimator) {
   return PolicyLossKind::kPpoClip;
 }
 
-PolicyLossOptions PolicyLossOptions::from_config(const Config& config) {
-  PolicyLossOptions options;
-  options.kind = policy_loss_kind_for(
-      parse_advantage_estimator(config.get<std::string>("advantage_estimator")));
-  options.eps_clip = config.get<double>("eps_clip");
-  const double eps_clip_high = config.get<double>("eps_clip_high");
-  options.eps_clip_high = eps_clip_high == 0 ? options.eps_clip : eps_clip_high;
-  options.eps_clip_c = config.get<double>("eps_clip_c");
-  options.entropy_coef = config.get<double>("entropy_coef");
-  options.use_kl_loss = config.get<bool>("use_kl_loss");
-  options.kl_loss_coef = config.get<double>("kl_loss_coef");
-  options.kl_loss_type = parse_kl_estimator(config.get<std::string>("kl_loss_type"));
-  options.use_unbiased_kl = config.get<bool>("use_unbiased_kl");
-  options.mismatch = MismatchCorrectionOptions::from_config(config);
-  options.use_opsm = config.get<bool>("use_opsm");
-  options.opsm_delta = config.get<double>("opsm_delta");
-  options.validate();
-  return options;
+const OptionFields<PolicyLossOptions>& PolicyLossOptions::fields() {
+  using O = PolicyLossOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.add_internal_enum("kind", &O::kind);
+    f.add("use_kl_loss", &O::use_kl_loss, "Add KL(policy || reference) to the loss (GRPO).");
+    f.add("kl_loss_coef", &O::kl_loss_coef, "Coefficient of the KL loss.").min(0);
+    f.add_enum("kl_loss_type", &O::kl_loss_type,
+               {KlEstimator::kK1, KlEstimator::kK2, KlEstimator::kK3, KlEstimator::kLowVarKl},
+               kl_estimator_name, "KL estimator of the KL loss and of the kl_coef reward penalty.");
+    f.add("use_unbiased_kl", &O::use_unbiased_kl,
+          "Weight the KL loss by the current/old policy ratio (unbiased KL).");
+    f.add("eps_clip", &O::eps_clip, "PPO clip: the ratio's lower bound is 1 - eps_clip.")
+        .greater_than(0);
+    f.add("eps_clip_high", &O::eps_clip_high,
+          "PPO clip: the ratio's upper bound is 1 + eps_clip_high (DAPO's clip-higher); 0 means "
+          "eps_clip.")
+        .min(0);
+    f.add("eps_clip_c", &O::eps_clip_c,
+          "Dual-clip PPO bound (> 1) on the loss of negative advantages; 0 turns it off.")
+        .min(0);
+    f.add("entropy_coef", &O::entropy_coef, "Entropy bonus coefficient.").min(0);
+    f.include("mismatch", &O::mismatch, MismatchCorrectionOptions::fields());
+    f.add("use_opsm", &O::use_opsm,
+          "Off-policy sequence masking: drop negative-advantage samples whose policy drifted by "
+          "more than opsm_delta.");
+    f.add("opsm_delta", &O::opsm_delta, "OPSM threshold on the mean old/current log-ratio.").min(0);
+    return f;
+  }();
+  return fields;
 }
 
 void PolicyLossOptions::validate() const {
@@ -133,18 +145,18 @@ LossOutput policy_loss(const PolicyLossInputs& inputs, const PolicyLossOptions& 
   switch (options.kind) {
     case PolicyLossKind::kPpoClip:
       log_ratio = log_probs - old_log_probs;
-      surrogate = ppo_clip_loss(log_ratio, advantages, options.eps_clip, options.eps_clip_high,
+      surrogate = ppo_clip_loss(log_ratio, advantages, options.eps_clip, options.clip_high(),
                                 options.eps_clip_c);
       break;
     case PolicyLossKind::kGspo:
       log_ratio = gspo_sequence_log_ratio(log_probs, old_log_probs, mask, sequences);
-      surrogate = ppo_clip_loss(log_ratio, advantages, options.eps_clip, options.eps_clip_high,
+      surrogate = ppo_clip_loss(log_ratio, advantages, options.eps_clip, options.clip_high(),
                                 options.eps_clip_c);
       break;
     case PolicyLossKind::kCispo:
       log_ratio = log_probs - old_log_probs;
       surrogate =
-          cispo_loss(log_probs, old_log_probs, advantages, options.eps_clip, options.eps_clip_high);
+          cispo_loss(log_probs, old_log_probs, advantages, options.eps_clip, options.clip_high());
       break;
   }
   at::Tensor per_token = surrogate.loss;

@@ -28,7 +28,7 @@
 #include "algorithms/loss_metrics.h"
 #include "algorithms/mismatch_correction.h"
 #include "algorithms/packed_sequences.h"
-#include "core/config.h"
+#include "core/option_fields.h"
 
 namespace ooze::algorithms {
 
@@ -38,31 +38,35 @@ enum class PolicyLossKind { kPpoClip, kGspo, kCispo };
 PolicyLossKind policy_loss_kind_for(AdvantageEstimator estimator);
 
 struct PolicyLossOptions {
-  PolicyLossKind kind = PolicyLossKind::kPpoClip;
-  double eps_clip = 0.2;       // --eps-clip: lower bound 1 - eps_clip of the ratio
-  double eps_clip_high = 0.2;  // --eps-clip-high: upper bound 1 + eps_clip_high
-  double eps_clip_c = 0;       // --eps-clip-c: dual-clip bound (> 1) for A < 0; 0 turns it off
-  double entropy_coef = 0;     // --entropy-coef
-  bool use_kl_loss = false;    // --use-kl-loss
-  double kl_loss_coef = 0;     // --kl-loss-coef
+  PolicyLossKind kind = PolicyLossKind::kPpoClip;  // from --advantage-estimator
+  double eps_clip = 0.2;     // --eps-clip: lower bound 1 - eps_clip of the ratio
+  double eps_clip_high = 0;  // --eps-clip-high: upper bound 1 + eps_clip_high; 0: eps_clip
+  double eps_clip_c = 0;     // --eps-clip-c: dual-clip bound (> 1) for A < 0; 0 turns it off
+  double entropy_coef = 0;   // --entropy-coef
+  bool use_kl_loss = false;  // --use-kl-loss
+  double kl_loss_coef = 0;   // --kl-loss-coef
   KlEstimator kl_loss_type = KlEstimator::kK1;  // --kl-loss-type
   bool use_unbiased_kl = false;                 // --use-unbiased-kl
   MismatchCorrectionOptions mismatch;           // --use-tis, --tis-clip, ...
   bool use_opsm = false;                        // --use-opsm
   double opsm_delta = 1e-4;                     // --opsm-delta
 
-  // Reads advantage_estimator (for the kind), eps_clip, eps_clip_high (0 means eps_clip),
-  // eps_clip_c, entropy_coef, use_kl_loss, kl_loss_coef, kl_loss_type, use_unbiased_kl, use_opsm,
-  // opsm_delta and the fields of MismatchCorrectionOptions::from_config.
-  static PolicyLossOptions from_config(const Config& config);
+  // The ratio's upper bound is 1 + clip_high().
+  double clip_high() const { return eps_clip_high == 0 ? eps_clip : eps_clip_high; }
+
+  // The flags above (the kind is AlgorithmOptions' to set from the estimator).
+  static const OptionFields<PolicyLossOptions>& fields();
   // Throws ConfigError when eps_clip_c is in (0, 1] or the TIS bounds are not ordered.
   void validate() const;
 
   // The trainer's ranks receive the options with their actor calls.
   template <class A>
-  void serialize(A& ar) {
-    ar(kind, eps_clip, eps_clip_high, eps_clip_c, entropy_coef, use_kl_loss, kl_loss_coef,
-       kl_loss_type, use_unbiased_kl, mismatch, use_opsm, opsm_delta);
+  void save(A& ar) const {
+    save_options(ar, *this);
+  }
+  template <class A>
+  void load(A& ar) {
+    load_options(ar, *this);
   }
 };
 

@@ -5,10 +5,14 @@
 
 namespace ooze::algorithms {
 
-ValueLossOptions ValueLossOptions::from_config(const Config& config) {
-  ValueLossOptions options;
-  options.value_clip = config.get<double>("value_clip");
-  return options;
+const OptionFields<ValueLossOptions>& ValueLossOptions::fields() {
+  static const OptionFields<ValueLossOptions> fields = [] {
+    OptionFields<ValueLossOptions> f;
+    f.add("value_clip", &ValueLossOptions::value_clip, "Clip of the critic's value change (ppo).")
+        .greater_than(0);
+    return f;
+  }();
+  return fields;
 }
 
 LossOutput value_loss(const ValueLossInputs& inputs, const ValueLossOptions& options,

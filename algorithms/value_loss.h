@@ -9,19 +9,22 @@
 
 #include "algorithms/loss_aggregation.h"
 #include "algorithms/loss_metrics.h"
-#include "core/config.h"
+#include "core/option_fields.h"
 
 namespace ooze::algorithms {
 
 struct ValueLossOptions {
   double value_clip = 0.2;  // --value-clip
 
-  // Reads value_clip.
-  static ValueLossOptions from_config(const Config& config);
+  static const OptionFields<ValueLossOptions>& fields();
 
   template <class A>
-  void serialize(A& ar) {
-    ar(value_clip);
+  void save(A& ar) const {
+    save_options(ar, *this);
+  }
+  template <class A>
+  void load(A& ar) {
+    load_options(ar, *this);
   }
 };
 

@@ -8,18 +8,18 @@
 
 namespace ooze::comm {
 
-ProcessGroupOptions ProcessGroupOptions::from_config(const Config& config) {
-  ProcessGroupOptions options;
-  options.timeout_minutes = config.get<double>("distributed_timeout_minutes");
-  return options;
-}
-
-void add_distributed_fields(ConfigSchema& schema, const ProcessGroupOptions& defaults) {
-  schema.section("distributed");
-  schema
-      .add_double("distributed_timeout_minutes", defaults.timeout_minutes,
-                  "Timeout of forming a collective group and of every collective, in minutes.")
-      .greater_than(0);
+const OptionFields<ProcessGroupOptions>& ProcessGroupOptions::fields() {
+  using O = ProcessGroupOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("distributed");
+    f.add("distributed_timeout_minutes", &O::timeout_minutes,
+          "Timeout of forming a collective group and of every collective, in minutes.")
+        .greater_than(0);
+    f.add_internal("host", &O::host);
+    return f;
+  }();
+  return fields;
 }
 
 std::shared_ptr<Communicator> init_process_group(std::shared_ptr<Store> store, int rank,

@@ -4,8 +4,8 @@
 // every node reaches), and every rendezvous and collective is bounded by one timeout,
 // --distributed-timeout-minutes as in Slime.
 //
-//   comm::add_distributed_fields(schema);
-//   ProcessGroupOptions options = ProcessGroupOptions::from_config(config);
+//   ProcessGroupOptions::fields().declare(schema);
+//   ProcessGroupOptions options = ProcessGroupOptions::fields().read(config);
 //   options.host = node_address;   // where this rank accepts Gloo connections
 //   auto group = comm::init_process_group(store, rank, world, "trainer", device, options);
 #pragma once
@@ -18,7 +18,7 @@
 
 #include "comm/communicator.h"
 #include "comm/store.h"
-#include "core/config.h"
+#include "core/option_fields.h"
 
 namespace ooze::comm {
 
@@ -29,17 +29,18 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(static_cast<int64_t>(timeout_minutes * 60'000));
   }
-  // Reads distributed_timeout_minutes (add_distributed_fields).
-  static ProcessGroupOptions from_config(const Config& config);
+  // --distributed-timeout-minutes ("distributed" section); the host travels with the options.
+  static const OptionFields<ProcessGroupOptions>& fields();
 
   template <class A>
-  void serialize(A& ar) {
-    ar(timeout_minutes, host);
+  void save(A& ar) const {
+    save_options(ar, *this);
+  }
+  template <class A>
+  void load(A& ar) {
+    load_options(ar, *this);
   }
 };
-
-// Declares the "distributed" section: distributed_timeout_minutes.
-void add_distributed_fields(ConfigSchema& schema, const ProcessGroupOptions& defaults = {});
 
 // Joins the group `name` of `world_size` ranks as `rank`. A CUDA `device` gives an NCCL group
 // on that device (ooze::Error when this build has no NCCL); any other device a Gloo group.

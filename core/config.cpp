@@ -250,6 +250,10 @@ const Config::Entry& Config::entry(const std::string& key, const char* requested
   return it->second;
 }
 
+const nlohmann::json& Config::value(const std::string& key) const {
+  return entry(key, "json").value;
+}
+
 const nlohmann::json& Config::value_as(const std::string& key, FieldType type) const {
   const char* requested = type == FieldType::kString    ? "std::string"
                           : type == FieldType::kInt     ? "int64_t"

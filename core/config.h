@@ -45,6 +45,9 @@ class Config {
   template <typename T>
   T get(const std::string& key) const;
 
+  // The value as JSON, whatever its type (enums as their spelling).
+  const nlohmann::json& value(const std::string& key) const;
+
   ConfigSource source(const std::string& key) const;
   // Where the value came from: "default", the file path, or the flag as typed ("--lr").
   const std::string& origin(const std::string& key) const;

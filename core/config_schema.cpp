@@ -60,7 +60,8 @@ bool number_in_range(const FieldSpec& spec, long double value) {
 
 // Checks that a schema default satisfies the field's own declaration.
 void validate_default(const FieldSpec& spec) {
-  if (spec.is_required) return;
+  // A required field has none; one core/option_fields.h builds gets its default when declared.
+  if (spec.is_required || spec.default_value.is_null()) return;
   if (!spec.in_range(spec.default_value)) {
     throw ConfigError("schema: default " + show_json(spec.default_value) + " of '" + spec.name +
                       "' is outside its range " + spec.range_text());
@@ -171,16 +172,30 @@ ConfigSchema& ConfigSchema::section(const std::string& name) {
 
 FieldSpec& ConfigSchema::add(const std::string& name, FieldType type, nlohmann::json default_value,
                              const std::string& doc) {
-  if (!is_snake_case(name)) {
-    throw ConfigError("schema: field name '" + name + "' is not snake_case");
-  }
-  if (find(name) != nullptr) throw ConfigError("schema: field '" + name + "' declared twice");
   FieldSpec spec;
   spec.name = name;
   spec.type = type;
   spec.default_value = std::move(default_value);
   spec.doc = doc;
-  spec.section = current_section_;
+  return add_field(std::move(spec));
+}
+
+FieldSpec& ConfigSchema::add_field(FieldSpec spec) {
+  if (!is_snake_case(spec.name)) {
+    throw ConfigError("schema: field name '" + spec.name + "' is not snake_case");
+  }
+  if (find(spec.name) != nullptr) {
+    throw ConfigError("schema: field '" + spec.name + "' declared twice");
+  }
+  if (spec.type == FieldType::kEnum && std::find(spec.choices.begin(), spec.choices.end(),
+                                                 spec.default_value) == spec.choices.end()) {
+    const std::string shown = spec.default_value.is_string() ? spec.default_value.get<std::string>()
+                                                             : spec.default_value.dump();
+    throw ConfigError("schema: default '" + shown + "' of '" + spec.name + "' is not one of {" +
+                      join(spec.choices, ", ") + "}");
+  }
+  validate_default(spec);
+  if (spec.section.empty()) spec.section = current_section_;
   fields_.push_back(std::move(spec));
   return fields_.back();
 }
@@ -207,13 +222,13 @@ FieldSpec& ConfigSchema::add_string(const std::string& name, const std::string& 
 
 FieldSpec& ConfigSchema::add_enum(const std::string& name, const std::vector<std::string>& choices,
                                   const std::string& default_value, const std::string& doc) {
-  if (std::find(choices.begin(), choices.end(), default_value) == choices.end()) {
-    throw ConfigError("schema: default '" + default_value + "' of '" + name + "' is not one of {" +
-                      join(choices, ", ") + "}");
-  }
-  FieldSpec& spec = add(name, FieldType::kEnum, default_value, doc);
+  FieldSpec spec;
+  spec.name = name;
+  spec.type = FieldType::kEnum;
+  spec.default_value = default_value;
+  spec.doc = doc;
   spec.choices = choices;
-  return spec;
+  return add_field(std::move(spec));
 }
 
 FieldSpec& ConfigSchema::add_int_list(const std::string& name,

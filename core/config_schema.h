@@ -83,6 +83,10 @@ class ConfigSchema {
   FieldSpec& add_string_list(const std::string& name, const std::vector<std::string>& default_value,
                              const std::string& doc);
 
+  // A field built elsewhere (core/option_fields.h declares a struct's fields this way); it goes
+  // into the current section unless spec.section names one.
+  FieldSpec& add_field(FieldSpec spec);
+
   // Cross-field validation, run after every field resolved. A check that reads a field which
   // itself failed to resolve is skipped (its message would be about a value nobody chose).
   void add_check(const std::string& name, ConfigCheck check);

@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/option_fields.h"
 #include "engine/request.h"
 #include "models/model_config.h"
 #include "weight_sync/weight_sink.h"
@@ -59,6 +60,20 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   int intra_op_threads = 0;  // CPU threads for the forward; 0 keeps LibTorch's setting
   int64_t seed = 0;          // seeds requests that give none (0: random)
+
+  // `ooze serve`'s engine flags (--model, --dtype, --max-running-requests, ...).
+  static const OptionFields<EngineOptions>& fields();
+  // The flags of the engines `ooze train` and `ooze rollout` start themselves
+  // (--engine-max-running-requests, --engine-kv-cache-memory-mb, --engine-threads); the model
+  // is the command's. Declare them with launched_engine_defaults().
+  static const OptionFields<EngineOptions>& launched_engine_fields();
+};
+
+// What launched engines default to: one intra-op thread each, as they share the machine.
+inline EngineOptions launched_engine_defaults() {
+  EngineOptions options;
+  options.intra_op_threads = 1;
+  return options;
 };
 
 // Called on the engine's thread, so it must return quickly (hand the output to another thread).

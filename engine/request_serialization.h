@@ -75,11 +75,12 @@ void load(Archive& ar, GenerateOutput& output) {
 }
 
 template <class Archive>
-void serialize(Archive& ar, EngineOptions& options) {
-  ar(options.model_dir, options.served_model_name, options.dtype, options.device,
-     options.max_running_requests, options.kv_cache_blocks, options.kv_cache_memory_mb,
-     options.block_size, options.chunked_prefill_size, options.enable_prefix_caching,
-     options.intra_op_threads, options.seed);
+void save(Archive& ar, const EngineOptions& options) {
+  save_options(ar, options);
+}
+template <class Archive>
+void load(Archive& ar, EngineOptions& options) {
+  load_options(ar, options);
 }
 
 template <class Archive>

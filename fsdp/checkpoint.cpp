@@ -466,6 +466,20 @@ void reshard_into(torch::Tensor target, const FlatParam& flat, const SavedUnit& 
 
 }  // namespace
 
+const OptionFields<CheckpointLoadOptions>& CheckpointLoadOptions::fields() {
+  using O = CheckpointLoadOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("checkpoint");
+    f.add_optional("ckpt_step", &O::iteration, int64_t{-1},
+                   "Load this iteration instead of the newest; -1: the newest.")
+        .min(-1);
+    f.add("load_rng", &O::load_rng, "Restore each rank's RNG state; --no-load-rng skips it.");
+    return f;
+  }();
+  return fields;
+}
+
 std::string checkpoint_iteration_dir(const std::string& dir, int64_t iteration) {
   char name[32];
   std::snprintf(name, sizeof(name), "iter_%07lld", static_cast<long long>(iteration));

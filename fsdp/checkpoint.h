@@ -75,6 +75,9 @@ struct CheckpointLoadOptions {
   // other than the saved one, rank r takes old rank r mod W's state: exact when every rank was
   // seeded alike, as Slime does with --seed.
   bool load_rng = true;
+
+  // --ckpt-step, --load-rng ("checkpoint" section).
+  static const OptionFields<CheckpointLoadOptions>& fields();
 };
 
 // Loads a checkpoint saved by save_checkpoint at any world size into `model` (the same

@@ -44,6 +44,29 @@ void check_inputs(const torch::Tensor& input_ids, const torch::Tensor& position_
 
 }  // namespace
 
+const OptionFields<FsdpTransformerOptions>& FsdpTransformerOptions::fields() {
+  using O = FsdpTransformerOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("fsdp");
+    f.include("shard", &O::shard, FullyShardOptions::fields());
+    f.add("gradient_checkpointing", &O::activation_checkpointing,
+          "Recompute each decoder layer's activations in backward instead of keeping them.");
+    f.add("context_parallel_size", &O::context_parallel_size,
+          "Context parallelism: groups of this many trainer ranks share every micro-batch, each "
+          "holding 1/C of its tokens (--max-tokens-per-gpu then counts a rank's share); must "
+          "divide the trainer's world size.")
+        .min(1);
+    f.add_enum("cp_impl", &O::cp_impl,
+               {models::ContextParallelImpl::kRing, models::ContextParallelImpl::kAllGather},
+               models::context_parallel_impl_name,
+               "How context-parallel attention gets the other ranks' keys and values: passed "
+               "around a ring while computing, or all-gathered at once.");
+    return f;
+  }();
+  return fields;
+}
+
 std::vector<std::string> FsdpTransformer::unit_prefixes(const models::ModelConfig& config) {
   std::vector<std::string> prefixes;
   if (!config.tie_word_embeddings) prefixes.push_back(kEmbedPrefix);

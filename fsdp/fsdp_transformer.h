@@ -54,6 +54,9 @@ struct FsdpTransformerOptions {
   int64_t context_parallel_size = 1;
   // --cp-impl: how attention gathers the keys and values of the CP group.
   models::ContextParallelImpl cp_impl = models::ContextParallelImpl::kRing;
+
+  // The flags above and FullyShardOptions' ("fsdp" section).
+  static const OptionFields<FsdpTransformerOptions>& fields();
 };
 
 class FsdpTransformer {

@@ -97,6 +97,32 @@ bool has_prefix(const std::string& name, const std::string& prefix) {
 
 }  // namespace
 
+const OptionFields<FullyShardOptions>& FullyShardOptions::fields() {
+  using O = FullyShardOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("fsdp");
+    // bf16 is the only other dtype the policy takes (MixedPrecisionPolicy::validate).
+    f.add_custom(
+        "bf16", FieldType::kBool,
+        [](const O& o) {
+          return nlohmann::json(o.mixed_precision.param_dtype == torch::kBFloat16);
+        },
+        [](const nlohmann::json& value, O& o) {
+          o.mixed_precision.param_dtype = value.get<bool>() ? torch::kBFloat16 : torch::kFloat;
+        },
+        "All-gather and compute in bf16; master weights, gradients and AdamW state stay fp32.");
+    f.add("reshard_after_forward", &O::reshard_after_forward,
+          "Free each layer's gathered parameters after its forward and gather them again for "
+          "backward (ZeRO-3); --no-reshard-after-forward keeps them (ZeRO-2).");
+    f.add("prefetch", &O::prefetch,
+          "Gather the next layer's parameters while the current one computes.");
+    f.add_internal("sync_module_states", &O::sync_module_states);
+    return f;
+  }();
+  return fields;
+}
+
 FullyShardedModule::FullyShardedModule(torch::nn::Module& module,
                                        const std::vector<std::string>& unit_prefixes,
                                        std::shared_ptr<comm::Communicator> comm,

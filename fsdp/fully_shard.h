@@ -66,6 +66,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/option_fields.h"
 #include "fsdp/flat_param.h"
 #include "fsdp/mixed_precision.h"
 
@@ -82,6 +83,9 @@ struct FullyShardOptions {
   // Broadcast rank 0's parameter values before sharding, so ranks that built or loaded
   // different values still end identical (FSDP's sync_module_states).
   bool sync_module_states = false;
+
+  // --bf16, --reshard-after-forward, --prefetch ("fsdp" section).
+  static const OptionFields<FullyShardOptions>& fields();
 };
 
 // The name of the root unit in errors and listings.

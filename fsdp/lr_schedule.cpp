@@ -1,7 +1,6 @@
 #include "fsdp/lr_schedule.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 
 #include "core/error.h"
@@ -9,36 +8,68 @@
 namespace ooze::fsdp {
 namespace {
 
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
 void require(bool ok, const std::string& message) {
   if (!ok) throw ConfigError("lr schedule: " + message);
 }
 
 }  // namespace
 
-LrDecayStyle parse_lr_decay_style(const std::string& name) {
-  const std::string key = lower(name);
-  if (key == "constant") return LrDecayStyle::kConstant;
-  if (key == "linear") return LrDecayStyle::kLinear;
-  if (key == "cosine") return LrDecayStyle::kCosine;
-  if (key == "wsd") return LrDecayStyle::kWsd;
-  throw ConfigError("--lr-decay-style: unknown style '" + name +
-                    "'; use constant, linear, cosine or WSD");
+std::string lr_decay_style_name(LrDecayStyle style) {
+  switch (style) {
+    case LrDecayStyle::kConstant:
+      return "constant";
+    case LrDecayStyle::kLinear:
+      return "linear";
+    case LrDecayStyle::kCosine:
+      return "cosine";
+    case LrDecayStyle::kWsd:
+      return "WSD";
+  }
+  return "?";
 }
 
-WsdDecayStyle parse_wsd_decay_style(const std::string& name) {
-  const std::string key = lower(name);
-  if (key == "linear") return WsdDecayStyle::kLinear;
-  if (key == "cosine") return WsdDecayStyle::kCosine;
-  if (key == "exponential") return WsdDecayStyle::kExponential;
-  if (key == "minus_sqrt") return WsdDecayStyle::kMinusSqrt;
-  throw ConfigError("--lr-wsd-decay-style: unknown style '" + name +
-                    "'; use linear, cosine, exponential or minus_sqrt");
+std::string wsd_decay_style_name(WsdDecayStyle style) {
+  switch (style) {
+    case WsdDecayStyle::kLinear:
+      return "linear";
+    case WsdDecayStyle::kCosine:
+      return "cosine";
+    case WsdDecayStyle::kExponential:
+      return "exponential";
+    case WsdDecayStyle::kMinusSqrt:
+      return "minus_sqrt";
+  }
+  return "?";
+}
+
+const OptionFields<LrScheduleOptions>& LrScheduleOptions::fields() {
+  using O = LrScheduleOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("optimizer");
+    f.add("lr", &O::lr, "Peak learning rate of AdamW.").greater_than(0);
+    f.add("min_lr", &O::min_lr, "Learning rate the decay ends at.").min(0);
+    f.add_enum(
+        "lr_decay_style", &O::decay_style,
+        {LrDecayStyle::kConstant, LrDecayStyle::kLinear, LrDecayStyle::kCosine, LrDecayStyle::kWsd},
+        lr_decay_style_name, "Decay after warmup (Megatron's OptimizerParamScheduler).");
+    f.add("lr_warmup_iters", &O::warmup_iters, "Linear warmup length in optimizer steps.").min(0);
+    f.add_optional("lr_warmup_fraction", &O::warmup_fraction, 0.0,
+                   "Warmup as a fraction of the decay steps; > 0 replaces --lr-warmup-iters.")
+        .min(0)
+        .max(1);
+    f.add("lr_warmup_init", &O::warmup_init_lr, "Learning rate warmup starts from.").min(0);
+    f.add_optional("lr_decay_iters", &O::decay_iters, int64_t{0},
+                   "Decay length in optimizer steps; 0: the whole run.")
+        .min(0);
+    f.add("lr_wsd_decay_iters", &O::wsd_decay_iters, "WSD: steps of the final decay.").min(0);
+    f.add_enum("lr_wsd_decay_style", &O::wsd_decay_style,
+               {WsdDecayStyle::kLinear, WsdDecayStyle::kCosine, WsdDecayStyle::kExponential,
+                WsdDecayStyle::kMinusSqrt},
+               wsd_decay_style_name, "WSD: shape of the final decay.");
+    return f;
+  }();
+  return fields;
 }
 
 LrSchedule::LrSchedule(LrScheduleOptions options, int64_t total_iters)

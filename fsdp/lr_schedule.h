@@ -3,9 +3,10 @@
 // the first step), warmup W (--lr-warmup-iters, or --lr-warmup-fraction * decay iterations) and
 // decay iterations D (--lr-decay-iters, default: the run's total iterations):
 //
-//   n <= W and W > 0:  lr = init + (max - init) * n / W        (linear warmup from
-//   --lr-warmup-init) constant:          lr = max n > D:             lr = min (--min-lr) otherwise,
-//   r = (n - W) / (D - W):
+//   n <= W and W > 0:  lr = init + (max - init) * n / W   (linear warmup from --lr-warmup-init)
+//   constant:          lr = max
+//   n > D:             lr = min (--min-lr)
+//   otherwise, with r = (n - W) / (D - W):
 //     linear:          lr = min + (max - min) * (1 - r)
 //     cosine:          lr = min + (max - min) * 0.5 * (cos(pi * r) + 1)
 //     WSD:             stable at max until D - S, then over the last S iterations
@@ -20,15 +21,17 @@
 #include <optional>
 #include <string>
 
+#include "core/option_fields.h"
+
 namespace ooze::fsdp {
 
 enum class LrDecayStyle { kConstant, kLinear, kCosine, kWsd };
 enum class WsdDecayStyle { kLinear, kCosine, kExponential, kMinusSqrt };
 
-// "constant", "linear", "cosine", "WSD" (any case); throws ooze::ConfigError otherwise.
-LrDecayStyle parse_lr_decay_style(const std::string& name);
-// "linear", "cosine", "exponential", "minus_sqrt"; throws ooze::ConfigError otherwise.
-WsdDecayStyle parse_wsd_decay_style(const std::string& name);
+// "constant", "linear", "cosine", "WSD" / "linear", "cosine", "exponential", "minus_sqrt": the
+// --lr-decay-style / --lr-wsd-decay-style spellings.
+std::string lr_decay_style_name(LrDecayStyle style);
+std::string wsd_decay_style_name(WsdDecayStyle style);
 
 struct LrScheduleOptions {
   double lr = 1e-6;                       // --lr: the peak
@@ -40,6 +43,9 @@ struct LrScheduleOptions {
   LrDecayStyle decay_style = LrDecayStyle::kConstant;      // --lr-decay-style
   int64_t wsd_decay_iters = 0;                             // --lr-wsd-decay-iters (WSD only)
   WsdDecayStyle wsd_decay_style = WsdDecayStyle::kLinear;  // --lr-wsd-decay-style
+
+  // The flags above, Megatron's names ("optimizer" section).
+  static const OptionFields<LrScheduleOptions>& fields();
 };
 
 class LrSchedule {

@@ -213,39 +213,32 @@ const at::Tensor& PackedMicroBatch::value(const std::string& name) const {
               (names.empty() ? "none" : names) + ". Set it in every sample's response_values.");
 }
 
-void add_micro_batch_size_field(ooze::ConfigSchema& schema, int64_t default_value) {
-  schema
-      .add_int("micro_batch_size", default_value,
-               "Samples per forward/backward on one rank (without --use-dynamic-batch-size); "
-               "gradients accumulate over the rank's micro-batches.")
-      .min(1);
-}
-
-void add_batching_fields(ooze::ConfigSchema& schema, const PackingOptions& defaults) {
-  schema.section("batching");
-  add_micro_batch_size_field(schema, defaults.micro_batch_size);
-  schema.add_bool("use_dynamic_batch_size", defaults.use_dynamic_batch_size,
-                  "Fill micro-batches up to --max-tokens-per-gpu tokens instead of "
-                  "--micro-batch-size samples.");
-  schema
-      .add_int("max_tokens_per_gpu", defaults.max_tokens_per_gpu,
-               "Token budget of one micro-batch with --use-dynamic-batch-size, on each rank "
-               "(with context parallelism, of each rank's share); a longer sample gets a "
-               "micro-batch of its own.")
-      .min(1);
-  schema.add_bool("balance_data", defaults.balance_data,
-                  "Balance token counts across data-parallel ranks (Karmarkar-Karp) instead of "
-                  "dealing samples round robin.");
-}
-
-PackingOptions PackingOptions::from_config(const ooze::Config& config) {
-  PackingOptions options;
-  options.use_dynamic_batch_size = config.get<bool>("use_dynamic_batch_size");
-  options.max_tokens_per_gpu = config.get<int64_t>("max_tokens_per_gpu");
-  options.micro_batch_size = config.get<int64_t>("micro_batch_size");
-  options.balance_data = config.get<bool>("balance_data");
-  options.validate();
-  return options;
+const OptionFields<PackingOptions>& PackingOptions::fields() {
+  using O = PackingOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("batching");
+    f.add("micro_batch_size", &O::micro_batch_size,
+          "Samples per forward/backward on one rank (without --use-dynamic-batch-size); "
+          "gradients accumulate over the rank's micro-batches.")
+        .min(1);
+    f.add("use_dynamic_batch_size", &O::use_dynamic_batch_size,
+          "Fill micro-batches up to --max-tokens-per-gpu tokens instead of --micro-batch-size "
+          "samples.");
+    f.add("max_tokens_per_gpu", &O::max_tokens_per_gpu,
+          "Token budget of one micro-batch with --use-dynamic-batch-size, on each rank (with "
+          "context parallelism, of each rank's share); a longer sample gets a micro-batch of its "
+          "own.")
+        .min(1);
+    f.add("balance_data", &O::balance_data,
+          "Balance token counts across data-parallel ranks (Karmarkar-Karp) instead of dealing "
+          "samples round robin.");
+    f.add_internal("equal_samples_per_rank", &O::equal_samples_per_rank);
+    f.add_internal("context_parallel_size", &O::context_parallel_size);
+    f.add_rule([](const O& options) { options.validate(); });
+    return f;
+  }();
+  return fields;
 }
 
 void PackingOptions::validate() const {

@@ -3,7 +3,7 @@
 // fixed number of samples) with the same number of micro-batches on every rank, then pack each
 // micro-batch into flat per-token tensors. Model outputs are unpacked back to per-sample responses.
 //
-//   PackingOptions options = PackingOptions::from_config(config);
+//   PackingOptions options = PackingOptions::fields().read(config);
 //   BatchPlan plan = plan_batch(sample_lengths(samples), world_size, options);
 //   for (const std::vector<int64_t>& indices : plan.micro_batches[rank]) {
 //     PackedMicroBatch batch = pack_micro_batch(samples, indices);
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "core/option_fields.h"
 #include "core/tensor_serialization.h"
 
 namespace ooze::fsdp {
@@ -100,8 +100,9 @@ struct PackingOptions {
   // a micro-batch holds up to C * max_tokens_per_gpu tokens.
   int64_t context_parallel_size = 1;
 
-  // Reads the fields add_batching_fields declares. Throws ConfigError as validate() does.
-  static PackingOptions from_config(const ooze::Config& config);
+  // The flags above ("batching" section; --context-parallel-size is FsdpTransformerOptions',
+  // which the trainer copies here). read() checks validate().
+  static const OptionFields<PackingOptions>& fields();
   // Throws ConfigError on a micro_batch_size < 1, dynamic mode with max_tokens_per_gpu < 1, or
   // a context_parallel_size < 1.
   void validate() const;
@@ -109,18 +110,14 @@ struct PackingOptions {
   int64_t micro_batch_token_budget() const { return max_tokens_per_gpu * context_parallel_size; }
 
   template <class A>
-  void serialize(A& ar) {
-    ar(use_dynamic_batch_size, max_tokens_per_gpu, micro_batch_size, balance_data,
-       equal_samples_per_rank, context_parallel_size);
+  void save(A& ar) const {
+    save_options(ar, *this);
+  }
+  template <class A>
+  void load(A& ar) {
+    load_options(ar, *this);
   }
 };
-
-// Declares the "batching" section (the fields above, with the values in `defaults` as defaults):
-// every command that trains composes it into its schema.
-void add_batching_fields(ooze::ConfigSchema& schema, const PackingOptions& defaults = {});
-// micro_batch_size alone, in the current section, for a command that micro-batches without
-// packing token sequences (one meaning and one rule wherever it appears).
-void add_micro_batch_size_field(ooze::ConfigSchema& schema, int64_t default_value);
 
 // Which samples each rank trains on, micro-batch by micro-batch.
 struct BatchPlan {

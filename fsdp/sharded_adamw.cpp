@@ -20,6 +20,20 @@ void ShardedAdamWOptions::validate() const {
   require(weight_decay >= 0.0, "--weight-decay must be >= 0, got " + std::to_string(weight_decay));
 }
 
+const OptionFields<ShardedAdamWOptions>& ShardedAdamWOptions::fields() {
+  using O = ShardedAdamWOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("optimizer");
+    f.add("weight_decay", &O::weight_decay, "Decoupled weight decay of AdamW.").min(0);
+    f.add("adam_beta1", &O::beta1, "AdamW beta1.").min(0).less_than(1);
+    f.add("adam_beta2", &O::beta2, "AdamW beta2.").min(0).less_than(1);
+    f.add("adam_eps", &O::eps, "AdamW epsilon.").min(0);
+    return f;
+  }();
+  return fields;
+}
+
 ShardedAdamW::ShardedAdamW(FullyShardedModule& model, ShardedAdamWOptions options)
     : model_(model), options_(options) {
   options_.validate();

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/option_fields.h"
 #include "fsdp/fully_shard.h"
 
 namespace ooze::fsdp {
@@ -34,6 +35,8 @@ struct ShardedAdamWOptions {
 
   // Throws ooze::ConfigError naming the flag of a value out of range.
   void validate() const;
+  // The flags above ("optimizer" section).
+  static const OptionFields<ShardedAdamWOptions>& fields();
 };
 
 class ShardedAdamW {

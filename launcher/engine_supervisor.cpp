@@ -28,18 +28,43 @@ std::string seconds_text(std::chrono::milliseconds duration) {
 
 }  // namespace
 
-EngineSupervisorOptions EngineSupervisorOptions::from_config(const Config& config) {
-  EngineSupervisorOptions options;
-  options.probing = config.get<bool>("use_fault_tolerance");
-  options.interval = milliseconds_of(config.get<double>("rollout_health_check_interval"));
-  options.timeout = milliseconds_of(config.get<double>("rollout_health_check_timeout"));
-  options.first_wait = milliseconds_of(config.get<double>("rollout_health_check_first_wait"));
-  options.max_restarts = static_cast<int>(config.get<int64_t>("max_engine_restarts"));
-  return options;
+const OptionFields<EngineSupervisorOptions>& EngineSupervisorOptions::fields() {
+  using O = EngineSupervisorOptions;
+  // A duration member behind a flag in seconds.
+  const auto seconds = [](std::chrono::milliseconds O::*member) {
+    return std::make_pair(
+        [member](const O& o) { return nlohmann::json((o.*member).count() / 1000.0); },
+        [member](const nlohmann::json& value, O& o) {
+          o.*member = milliseconds_of(value.get<double>());
+        });
+  };
+  static const OptionFields<O> fields = [&] {
+    OptionFields<O> f;
+    f.section("fault tolerance");
+    f.add("use_fault_tolerance", &O::probing,
+          "Probe the engines' health; kill, restart and re-sync an engine that is dead or hung, "
+          "re-issuing its unfinished requests on the others.");
+    const auto interval = seconds(&O::interval);
+    f.add_custom("rollout_health_check_interval", FieldType::kDouble, interval.first,
+                 interval.second, "Seconds between two probes of every engine.")
+        .greater_than(0);
+    const auto timeout = seconds(&O::timeout);
+    f.add_custom("rollout_health_check_timeout", FieldType::kDouble, timeout.first, timeout.second,
+                 "Seconds an engine has to answer a probe before it is deemed hung.")
+        .greater_than(0);
+    const auto first_wait = seconds(&O::first_wait);
+    f.add_custom("rollout_health_check_first_wait", FieldType::kDouble, first_wait.first,
+                 first_wait.second, "Seconds after start-up before the first probe.")
+        .min(0);
+    f.add("max_engine_restarts", &O::max_restarts, "Restarts of each engine before the job fails.")
+        .min(0);
+    return f;
+  }();
+  return fields;
 }
 
 EngineSupervisor::EngineSupervisor(const Config& config, RlProcesses& job)
-    : EngineSupervisor(EngineSupervisorOptions::from_config(config), job) {}
+    : EngineSupervisor(EngineSupervisorOptions::fields().read(config), job) {}
 
 EngineSupervisor::EngineSupervisor(EngineSupervisorOptions options, RlProcesses& job)
     : options_(options), job_(job) {

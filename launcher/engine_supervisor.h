@@ -34,7 +34,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
+#include "core/option_fields.h"
 #include "launcher/rl_placement.h"
 
 namespace ooze::launcher {
@@ -48,8 +48,9 @@ struct EngineSupervisorOptions {
   // How long a restarted engine may take to load its model and start its server.
   std::chrono::milliseconds bring_up_timeout{std::chrono::minutes(10)};
 
-  // The "fault tolerance" flags of train_schema().
-  static EngineSupervisorOptions from_config(const Config& config);
+  // --use-fault-tolerance, --rollout-health-check-interval / -timeout / -first-wait (seconds),
+  // --max-engine-restarts ("fault tolerance" section); the bring-up timeout is not a flag.
+  static const OptionFields<EngineSupervisorOptions>& fields();
 };
 
 class EngineSupervisor {

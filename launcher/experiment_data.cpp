@@ -5,7 +5,8 @@ namespace ooze::launcher {
 ExperimentData ExperimentData::load(const Config& config) {
   ExperimentData data{
       models::load_tokenizer(config.get<std::string>("hf_checkpoint")), nullptr, {}, {}, {}};
-  const rollout::PromptDatasetOptions options = rollout::PromptDatasetOptions::from_config(config);
+  const rollout::PromptDatasetOptions options =
+      rollout::PromptDatasetOptions::fields().read(config);
   data.prompts = std::make_shared<const rollout::PromptDataset>(options, data.tokenizer);
   data.eval_options = rollout::EvalOptions::from_config(config, options);
   for (const rollout::EvalDataset& eval : data.eval_options.datasets) {

@@ -18,31 +18,9 @@ const char* kModelInitUsage =
 
 ConfigSchema build_model_init_schema() {
   ConfigSchema schema;
-  schema.section("model init");
-  schema.add_enum("arch", {"qwen3", "qwen2", "llama"}, "qwen3", "Architecture (model_type).");
-  schema.add_int("hidden_size", 256, "Hidden size.").min(1);
-  schema.add_int("layers", 4, "Number of decoder layers.").min(1);
-  schema.add_int("heads", 4, "Attention (query) heads.").min(1);
-  schema.add_int("kv_heads", 2, "Key/value heads (grouped-query attention).").min(1);
-  schema.add_int("head_dim", 0, "Per-head dimension; 0: hidden_size / heads.").min(0);
-  schema.add_int("intermediate_size", 0, "MLP width; 0: 3 * hidden_size.").min(0);
-  schema
-      .add_int("vocab_size", 0,
-               "Embedding rows; 0: the tokenizer's (151936 for qwen3, as Qwen pads; 259 for "
-               "byte).")
-      .min(0);
-  schema.add_bool("tie_embeddings", false, "Share the embedding matrix with the LM head.");
-  schema.add_enum("dtype", {"float32", "bfloat16"}, "float32", "torch_dtype of the weights.");
-  schema.add_double("rope_theta", 0.0, "RoPE base; 0: 1000000 for qwen, 500000 for llama.").min(0);
-  schema.add_enum("tokenizer", {"qwen3", "byte"}, "qwen3",
-                  "qwen3: the real Qwen3 tokenizer; byte: 256 byte tokens + 3 ChatML specials.");
-  schema.add_string("tokenizer_dir", "",
-                    "With --tokenizer qwen3: a directory holding its tokenizer.json; empty: the "
-                    "copy installed by scripts/install-deps.sh.");
-  schema.add_string("out", "", "Output model directory (replaced if it is a model directory).")
-      .required();
-  schema.add_int("seed", 0, "Seed of the random weights.").min(0);
-
+  models::ModelInitOptions::fields().declare(schema);
+  // Separate checks, each reading only its own flags, so every one still runs when another
+  // flag is refused and all the problems are reported together.
   schema.add_check("heads_per_kv_head", [](const Config& c) -> std::string {
     const int64_t heads = c.get<int64_t>("heads"), kv_heads = c.get<int64_t>("kv_heads");
     if (heads % kv_heads == 0) return "";
@@ -91,22 +69,7 @@ int run_model_command(const std::vector<std::string>& args) {
   }
   const Config flags =
       load_config(model_init_schema(), "", std::vector<std::string>(args.begin() + 1, args.end()));
-  models::ModelInitOptions options;
-  options.arch = flags.get<std::string>("arch");
-  options.hidden_size = flags.get<int64_t>("hidden_size");
-  options.num_layers = flags.get<int64_t>("layers");
-  options.num_heads = flags.get<int64_t>("heads");
-  options.num_kv_heads = flags.get<int64_t>("kv_heads");
-  options.head_dim = flags.get<int64_t>("head_dim");
-  options.intermediate_size = flags.get<int64_t>("intermediate_size");
-  options.vocab_size = flags.get<int64_t>("vocab_size");
-  options.tie_embeddings = flags.get<bool>("tie_embeddings");
-  options.dtype = flags.get<std::string>("dtype");
-  options.rope_theta = flags.get<double>("rope_theta");
-  options.tokenizer = flags.get<std::string>("tokenizer");
-  options.tokenizer_dir = flags.get<std::string>("tokenizer_dir");
-  options.out_dir = flags.get<std::string>("out");
-  options.seed = static_cast<uint64_t>(flags.get<int64_t>("seed"));
+  const models::ModelInitOptions options = models::ModelInitOptions::fields().read(flags);
 
   const models::ModelConfig config = models::init_hf_model(options);
   std::cout << "wrote a random " << config.model_type << " model (" << config.num_parameters()

@@ -45,14 +45,14 @@ rollout::Sample sample_from_line(const std::string& line, int64_t number) {
 
 int run_reward_command(const std::vector<std::string>& args, std::istream& in, std::ostream& out) {
   ConfigSchema schema;
-  rollout::add_reward_fields(schema);
+  rollout::RewardOptions::fields().declare(schema);
   const std::optional<Config> config = load_config_from_command_line(schema, args);
   if (!config) {
     out << "usage: ooze reward --rm-type TYPE | --custom-rm-path lib.so:fn [flags] < lines.jsonl\n"
         << schema.help();
     return 0;
   }
-  rollout::RewardModel rewards(rollout::RewardOptions::from_config(*config));
+  rollout::RewardModel rewards(rollout::RewardOptions::fields().read(*config));
   ThreadPool pool(static_cast<size_t>(config->get<int64_t>("reward_threads")));
 
   bool failed = false;

@@ -6,7 +6,7 @@
 //   {"reward":1.0}
 //
 // Input lines: {"response": TEXT, "label": TEXT or any JSON, "metadata": {...}, "prompt": TEXT}
-// (response required). Flags: those of add_reward_fields (--rm-type, --custom-rm-path,
+// (response required). Flags: those of RewardOptions (--rm-type, --custom-rm-path,
 // --reward-key, --rm-url, ...). A line that cannot be scored answers {"error": "line N: ..."}
 // and the exit status is then 1; the other lines are still scored.
 #pragma once

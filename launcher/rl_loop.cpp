@@ -96,14 +96,14 @@ RlLoop::RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData
       log_(config.get<std::string>("output_dir"), out, plan.num_rollout, plan.steps_per_rollout) {
   if (plan.source != RolloutSource::kDebugData) {
     source_ = std::make_unique<rollout::PromptSource>(
-        data.prompts, rollout::PromptSourceOptions::from_config(config));
+        data.prompts, rollout::PromptSourceOptions::fields().read(config));
   }
   if (plan.with_engines() && plan.fault_tolerance) {
     supervisor_ = std::make_unique<EngineSupervisor>(config, job);
   }
   if (plan.with_engines()) {
     manager_ =
-        std::make_unique<rollout::RolloutManager>(rollout::RolloutOptions::from_config(config),
+        std::make_unique<rollout::RolloutManager>(rollout::RolloutOptions::fields().read(config),
                                                   *source_, *job.router, data.tokenizer, *rewards_);
   }
 }
@@ -296,25 +296,26 @@ rollout::RolloutResult RlLoop::generate(int64_t rollout_id) {
 }
 
 void RlLoop::score(RolloutBatch& batch, MetricLine& line) {
-  if (trainer_.loss_type == trainer::LossType::kSftLoss) return;  // nothing to compare against
+  if (trainer_.step.loss_type == trainer::LossType::kSftLoss) return;  // nothing to compare against
   const trainer::TrainBatch everything{batch.samples};
   Clock::time_point start = Clock::now();
-  batch.set("old_log_probs", plan_.use_rollout_logprobs
-                                 ? batch.get("rollout_log_probs")
-                                 : trainer::log_probs(job_.trainers, everything, trainer_.packing,
-                                                      trainer_.temperature));
+  batch.set("old_log_probs",
+            plan_.use_rollout_logprobs
+                ? batch.get("rollout_log_probs")
+                : trainer::log_probs(job_.trainers, everything, trainer_.step.packing,
+                                     trainer_.step.temperature));
   line["perf/log_probs_time"] = seconds_since(start);
   line["train/train_rollout_logprob_abs_diff"] = logprob_abs_diff(batch);
   if (plan_.needs_reference) {
     start = Clock::now();
     batch.set("ref_log_probs",
-              trainer::log_probs(job_.trainers, everything, trainer_.packing, trainer_.temperature,
-                                 trainer::Scorer::kReference));
+              trainer::log_probs(job_.trainers, everything, trainer_.step.packing,
+                                 trainer_.step.temperature, trainer::Scorer::kReference));
     line["perf/ref_log_probs_time"] = seconds_since(start);
   }
   if (plan_.with_critic) {
     start = Clock::now();
-    batch.set("values", trainer::values(job_.critics, everything, trainer_.packing));
+    batch.set("values", trainer::values(job_.critics, everything, trainer_.step.packing));
     line["perf/values_time"] = seconds_since(start);
   }
   compute_advantages(batch, algorithm_.advantage, algorithm_.policy_loss.kl_loss_type);
@@ -329,11 +330,11 @@ void RlLoop::train(int64_t rollout_id, const RolloutBatch& batch, MetricLine& li
   for (const trainer::TrainBatch& step : batch.global_batches(plan_.global_batch_size)) {
     std::optional<trainer::PendingTrainStep> critic_step;
     if (plan_.with_critic)
-      critic_step = trainer::start_train_step(job_.critics, step, trainer_.packing);
+      critic_step = trainer::start_train_step(job_.critics, step, trainer_.step.packing);
     MetricLine step_line;
     if (policy_trains) {
       const trainer::TrainStepResult trained =
-          trainer::train_step(job_.trainers, step, trainer_.packing);
+          trainer::train_step(job_.trainers, step, trainer_.step.packing);
       for (const auto& [key, value] : trained.metrics) step_line["train/" + key] = value;
       step_line["train/grad_norm"] = trained.grad_norm;
       step_line["train/lr"] = trained.lr;

@@ -156,10 +156,10 @@ trainer::TrainInit policy_init(const Config& config, const TrainPlan& plan) {
   init.group_name = "train-" + actors::random_id(4);
   init.options =
       trainer::trainer_options_from_config(config, plan.num_rollout * plan.steps_per_rollout);
-  init.options.policy_loss = algorithms::AlgorithmOptions::from_config(config).policy_loss;
+  init.options.step.policy_loss = algorithms::AlgorithmOptions::from_config(config).policy_loss;
   // The policy's log-probs are those of the distribution the rollouts sampled (greedy: T = 1).
-  const double temperature = rollout::RolloutOptions::from_config(config).sampling.temperature;
-  init.options.temperature = temperature > 0 ? temperature : 1.0;
+  const double temperature = rollout::RolloutOptions::fields().read(config).sampling.temperature;
+  init.options.step.temperature = temperature > 0 ? temperature : 1.0;
   init.reference_model = plan.needs_reference;
   init.ref_load = config.get<std::string>("ref_load");
   return init;
@@ -172,21 +172,19 @@ trainer::TrainInit critic_init(const Config& config, const trainer::TrainInit& a
   const std::string critic_load = config.get<std::string>("critic_load");
   if (!critic_load.empty()) critic.model_dir = critic_load;
   critic.reference_model = false;
-  critic.options.loss_type = trainer::LossType::kValueLoss;
-  critic.options.value_loss = algorithms::ValueLossOptions::from_config(config);
+  critic.options.step.loss_type = trainer::LossType::kValueLoss;
+  critic.options.step.value_loss = algorithms::ValueLossOptions::fields().read(config);
   const double critic_lr = config.get<double>("critic_lr");
-  if (critic_lr > 0) critic.options.lr = critic_lr;
+  if (critic_lr > 0) critic.options.lr_schedule.lr = critic_lr;
   return critic;
 }
 
 actors::ActorHandle<serving::RolloutEngine> spawn_engine(const Config& config,
                                                          const TrainPlan& plan,
                                                          const RlProcesses& job, int e) {
-  engine::EngineOptions engine;
+  engine::EngineOptions engine = engine::EngineOptions::launched_engine_fields().read(
+      config, engine::launched_engine_defaults());
   engine.model_dir = config.get<std::string>("hf_checkpoint");
-  engine.max_running_requests = config.get<int64_t>("engine_max_running_requests");
-  engine.kv_cache_memory_mb = config.get<int64_t>("engine_kv_cache_memory_mb");
-  engine.intra_op_threads = static_cast<int>(config.get<int64_t>("engine_threads"));
   actors::ActorOptions options =
       serving::rollout_engine_actor_options({{job.on_gpus ? "GPU" : "CPU", share_of_bundle(plan)}});
   options.placement_group_id = job.placement->id();
@@ -254,7 +252,7 @@ RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan,
     trainer::RolloutEngineConnection connection;
     connection.engines = job.engines;
     connection.colocate = plan.colocate;
-    connection.options = trainer::WeightSyncOptions::from_config(config);
+    connection.options = trainer::WeightSyncOptions::fields().read(config);
     actors::get_all(
         job.trainers.call_all(&trainer::TrainActor::connect_rollout_engines, connection));
   }

@@ -26,17 +26,15 @@ ConfigSchema build_rollout_schema() {
   schema.add_string_list("engine_urls", {},
                          "Engine servers (ooze serve) to use; empty: start local engines.");
   schema.add_int("rollout_num_engines", 1, "Local engines to start when no URL is given.").min(1);
-  schema.add_int("engine_max_running_requests", 64, "Sequences each local engine decodes at once.")
-      .min(1);
-  schema.add_int("engine_kv_cache_memory_mb", 1024, "KV-cache memory of each local engine.").min(1);
-  schema.add_int("engine_threads", 1, "Intra-op CPU threads of each local engine.").min(1);
+  engine::EngineOptions::launched_engine_fields().declare(schema,
+                                                          engine::launched_engine_defaults());
   schema.section("output");
   schema.add_string("save_debug_rollout_data", "",
                     "Write each rollout's kept samples as JSON lines; {rollout_id} in the path "
                     "is replaced.");
   rollout::add_prompt_data_fields(schema);
-  rollout::add_rollout_fields(schema);
-  rollout::add_reward_fields(schema);
+  rollout::RolloutOptions::fields().declare(schema);
+  rollout::RewardOptions::fields().declare(schema);
   rollout::add_eval_fields(schema);
   return schema;
 }
@@ -54,8 +52,8 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
   // Everything that can be refused is checked before any engine starts.
   const std::string model_dir = config->get<std::string>("hf_checkpoint");
   const ExperimentData data = ExperimentData::load(*config);
-  rollout::RewardModel rewards(rollout::RewardOptions::from_config(*config));
-  const rollout::RolloutOptions rollout_options = rollout::RolloutOptions::from_config(*config);
+  rollout::RewardModel rewards(rollout::RewardOptions::fields().read(*config));
+  const rollout::RolloutOptions rollout_options = rollout::RolloutOptions::fields().read(*config);
   const int64_t num_rollout =
       rollout::num_rollouts(*config, data.prompts->size(), rollout_options.rollout_batch_size);
   const std::string save_pattern = config->get<std::string>("save_debug_rollout_data");
@@ -65,11 +63,9 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
   std::unique_ptr<serving::Router> remote;
   const auto engine_urls = config->get<std::vector<std::string>>("engine_urls");
   if (engine_urls.empty()) {
-    engine::EngineOptions engine;
+    engine::EngineOptions engine = engine::EngineOptions::launched_engine_fields().read(
+        *config, engine::launched_engine_defaults());
     engine.model_dir = model_dir;
-    engine.max_running_requests = config->get<int64_t>("engine_max_running_requests");
-    engine.kv_cache_memory_mb = config->get<int64_t>("engine_kv_cache_memory_mb");
-    engine.intra_op_threads = static_cast<int>(config->get<int64_t>("engine_threads"));
     local = std::make_unique<serving::LocalEngines>(
         engine, static_cast<int>(config->get<int64_t>("rollout_num_engines")));
   } else {
@@ -78,7 +74,7 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
     remote = std::make_unique<serving::Router>(router_options);
   }
   serving::Router& router = local ? local->router() : *remote;
-  rollout::PromptSource source(data.prompts, rollout::PromptSourceOptions::from_config(*config));
+  rollout::PromptSource source(data.prompts, rollout::PromptSourceOptions::fields().read(*config));
   rollout::RolloutManager manager(rollout_options, source, router, data.tokenizer, rewards);
 
   auto evaluate = [&](int64_t rollout_id) {

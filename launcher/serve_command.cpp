@@ -26,9 +26,6 @@ const char* kServeUsage =
 ConfigSchema build_serve_schema() {
   ConfigSchema schema;
   schema.section("serve");
-  schema.add_string("model", "", "Hugging Face model directory (config, weights, tokenizer).")
-      .required();
-  schema.add_string("served_model_name", "", "Name /v1/models reports; the model path if empty.");
   schema.add_string("host", "127.0.0.1", "Address to listen on (0.0.0.0: every interface).");
   schema.add_int("port", 30000, "Port to listen on (0: any free port).").min(0).max(65535);
   schema.add_string("api_key", "",
@@ -39,21 +36,7 @@ ConfigSchema build_serve_schema() {
       .add_double("shutdown_grace_s", 5.0,
                   "On SIGINT/SIGTERM, seconds to write out the answers of aborted requests.")
       .min(0);
-  schema.section("engine");
-  schema.add_enum("dtype", {"auto", "float32", "bfloat16"}, "auto",
-                  "Weights and activations; auto: config.json's torch_dtype.");
-  schema.add_string("device", "cpu", "cpu, cuda or cuda:N.");
-  schema.add_int("max_running_requests", 64, "Sequences decoding at once.").min(1);
-  schema.add_int("kv_cache_blocks", 0, "KV-cache blocks; 0: as many as kv_cache_memory_mb holds.")
-      .min(0);
-  schema.add_int("kv_cache_memory_mb", 1024, "KV-cache memory when kv_cache_blocks is 0.").min(1);
-  schema.add_int("block_size", 16, "Tokens per KV-cache block.").min(1);
-  schema.add_int("chunked_prefill_size", 2048, "Prompt tokens computed per step, at most.").min(1);
-  schema.add_bool("disable_prefix_caching", false,
-                  "Compute every prompt in full instead of reusing cached prefixes.");
-  schema.add_int("threads", 0, "Intra-op CPU threads for the forward; 0: LibTorch's default.")
-      .min(0);
-  schema.add_int("seed", 0, "Seeds requests that give no seed; 0: random.").min(0);
+  engine::EngineOptions::fields().declare(schema);
   return schema;
 }
 
@@ -70,19 +53,7 @@ int run_serve_command(const std::vector<std::string>& args) {
     std::cout << kServeUsage << "\n" << serve_schema().help();
     return 0;
   }
-  engine::EngineOptions engine_options;
-  engine_options.model_dir = config->get<std::string>("model");
-  engine_options.served_model_name = config->get<std::string>("served_model_name");
-  engine_options.dtype = config->get<std::string>("dtype");
-  engine_options.device = config->get<std::string>("device");
-  engine_options.max_running_requests = config->get<int64_t>("max_running_requests");
-  engine_options.kv_cache_blocks = config->get<int64_t>("kv_cache_blocks");
-  engine_options.kv_cache_memory_mb = config->get<int64_t>("kv_cache_memory_mb");
-  engine_options.block_size = config->get<int64_t>("block_size");
-  engine_options.chunked_prefill_size = config->get<int64_t>("chunked_prefill_size");
-  engine_options.enable_prefix_caching = !config->get<bool>("disable_prefix_caching");
-  engine_options.intra_op_threads = static_cast<int>(config->get<int64_t>("threads"));
-  engine_options.seed = config->get<int64_t>("seed");
+  const engine::EngineOptions engine_options = engine::EngineOptions::fields().read(*config);
 
   serving::ServerOptions server_options;
   server_options.host = config->get<std::string>("host");

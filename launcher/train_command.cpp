@@ -31,7 +31,7 @@ void run_job(const Config& config, const TrainPlan& plan, const ExperimentData& 
              std::ostream& out) {
   // The rest of the checks, before any process starts.
   std::optional<rollout::RewardModel> rewards;
-  if (plan.with_engines()) rewards.emplace(rollout::RewardOptions::from_config(config));
+  if (plan.with_engines()) rewards.emplace(rollout::RewardOptions::fields().read(config));
   const trainer::TrainInit init = policy_init(config, plan);
   config.save_effective_config(config.get<std::string>("output_dir"));
   RuntimeGuard runtime;

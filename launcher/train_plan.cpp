@@ -4,6 +4,8 @@
 
 #include "algorithms/algorithm_options.h"
 #include "core/error.h"
+#include "engine/engine.h"
+#include "launcher/engine_supervisor.h"
 #include "models/model_config.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
@@ -42,11 +44,8 @@ ConfigSchema build_train_schema() {
                   "state in host memory while the engines generate, the engines' memory released "
                   "while it trains). auto: on GPUs, not on CPU slots, which share host memory "
                   "anyway.");
-  schema.section("engines");
-  schema.add_int("engine_max_running_requests", 64, "Sequences each engine decodes at once.")
-      .min(1);
-  schema.add_int("engine_kv_cache_memory_mb", 1024, "KV-cache memory of each engine.").min(1);
-  schema.add_int("engine_threads", 1, "Intra-op CPU threads of each engine.").min(1);
+  engine::EngineOptions::launched_engine_fields().declare(schema,
+                                                          engine::launched_engine_defaults());
   schema.section("training");
   schema
       .add_int("global_batch_size", 0,
@@ -81,23 +80,8 @@ ConfigSchema build_train_schema() {
                "With --async: no trained sample has a token from weights more than this many "
                "versions behind the policy it trains.")
       .min(1);
+  EngineSupervisorOptions::fields().declare(schema);
   schema.section("fault tolerance");
-  schema.add_bool("use_fault_tolerance", false,
-                  "Probe the engines' health; kill, restart and re-sync an engine that is dead "
-                  "or hung, re-issuing its unfinished requests on the others.");
-  schema
-      .add_double("rollout_health_check_interval", 30.0,
-                  "Seconds between two probes of every engine.")
-      .greater_than(0);
-  schema
-      .add_double("rollout_health_check_timeout", 30.0,
-                  "Seconds an engine has to answer a probe before it is deemed hung.")
-      .greater_than(0);
-  schema
-      .add_double("rollout_health_check_first_wait", 0.0,
-                  "Seconds after start-up before the first probe.")
-      .min(0);
-  schema.add_int("max_engine_restarts", 3, "Restarts of each engine before the job fails.").min(0);
   schema
       .add_int("max_restarts", 0,
                "Restarts of the job from the last checkpoint (--save) after a trainer rank "
@@ -125,12 +109,12 @@ ConfigSchema build_train_schema() {
                   "Train only, on --load-debug-rollout-data or the sft rollout: no engine "
                   "starts.");
   rollout::add_prompt_data_fields(schema);
-  rollout::add_rollout_fields(schema);
-  rollout::add_reward_fields(schema);
+  rollout::RolloutOptions::fields().declare(schema);
+  rollout::RewardOptions::fields().declare(schema);
   rollout::add_eval_fields(schema);
   algorithms::add_algorithm_fields(schema);
   trainer::add_trainer_fields(schema);
-  trainer::add_weight_sync_fields(schema);
+  trainer::WeightSyncOptions::fields().declare(schema);
   schema.add_check("debug_modes", [](const Config& c) -> std::string {
     const bool loads = !c.get<std::string>("load_debug_rollout_data").empty();
     const bool sft = c.get<std::string>("rollout_function_path") == "sft";

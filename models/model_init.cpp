@@ -13,6 +13,37 @@
 #include "models/transformer.h"
 
 namespace ooze::models {
+
+const OptionFields<ModelInitOptions>& ModelInitOptions::fields() {
+  using O = ModelInitOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("model init");
+    f.add_choice("arch", &O::arch, {"qwen3", "qwen2", "llama"}, "Architecture (model_type).");
+    f.add("hidden_size", &O::hidden_size, "Hidden size.").min(1);
+    f.add("layers", &O::num_layers, "Number of decoder layers.").min(1);
+    f.add("heads", &O::num_heads, "Attention (query) heads.").min(1);
+    f.add("kv_heads", &O::num_kv_heads, "Key/value heads (grouped-query attention).").min(1);
+    f.add("head_dim", &O::head_dim, "Per-head dimension; 0: hidden_size / heads.").min(0);
+    f.add("intermediate_size", &O::intermediate_size, "MLP width; 0: 3 * hidden_size.").min(0);
+    f.add("vocab_size", &O::vocab_size,
+          "Embedding rows; 0: the tokenizer's (151936 for qwen3, as Qwen pads; 259 for byte).")
+        .min(0);
+    f.add("tie_embeddings", &O::tie_embeddings, "Share the embedding matrix with the LM head.");
+    f.add_choice("dtype", &O::dtype, {"float32", "bfloat16"}, "torch_dtype of the weights.");
+    f.add("rope_theta", &O::rope_theta, "RoPE base; 0: 1000000 for qwen, 500000 for llama.").min(0);
+    f.add_choice("tokenizer", &O::tokenizer, {"qwen3", "byte"},
+                 "qwen3: the real Qwen3 tokenizer; byte: 256 byte tokens + 3 ChatML specials.");
+    f.add("tokenizer_dir", &O::tokenizer_dir,
+          "With --tokenizer qwen3: a directory holding its tokenizer.json; empty: the copy "
+          "installed by scripts/install-deps.sh.");
+    f.add("out", &O::out_dir, "Output model directory (replaced if it is a model directory).")
+        .required();
+    f.add("seed", &O::seed, "Seed of the random weights.").min(0);
+    return f;
+  }();
+  return fields;
+}
 namespace fs = std::filesystem;
 namespace {
 

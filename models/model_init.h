@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "core/option_fields.h"
 #include "models/model_config.h"
 
 namespace ooze::models {
@@ -37,7 +38,10 @@ struct ModelInitOptions {
   std::string tokenizer = "qwen3";  // "qwen3": the real Qwen3 tokenizer; "byte": 259 tokens
   std::string tokenizer_dir;        // qwen3: where its tokenizer.json is; "" finds the npm copy
   std::string out_dir;
-  uint64_t seed = 0;
+  int64_t seed = 0;
+
+  // `ooze model init`'s flags ("model init" section).
+  static const OptionFields<ModelInitOptions>& fields();
 };
 
 // The embedding size for a tokenizer with `tokenizer_size` ids: kQwenPaddedVocabSize for the

@@ -316,24 +316,10 @@ std::string hex32(uint32_t value) {
 
 }  // namespace
 
-PromptDatasetOptions PromptDatasetOptions::from_config(const Config& config) {
-  PromptDatasetOptions options;
-  options.path = config.get<std::string>("prompt_data");
-  options.input_key = config.get<std::string>("input_key");
-  options.label_key = config.get<std::string>("label_key");
-  options.metadata_key = config.get<std::string>("metadata_key");
-  options.tool_key = config.get<std::string>("tool_key");
-  options.apply_chat_template = config.get<bool>("apply_chat_template");
-  options.chat_template = config.get<std::string>("chat_template");
-  options.max_prompt_len = config.get<int64_t>("rollout_max_prompt_len");
-  if (options.input_key.empty()) {
-    throw ConfigError("input_key is empty: --input-key must name the prompt's key");
-  }
-  if (!options.chat_template.empty()) {
-    models::ChatTemplate::from_name(options.chat_template);  // ConfigError for unknown names
-  }
+namespace {
 
-  const std::string kwargs_text = config.get<std::string>("apply_chat_template_kwargs");
+// --apply-chat-template-kwargs: a JSON object; ooze's templates take enable_thinking only.
+bool enable_thinking_of(const std::string& kwargs_text) {
   json kwargs;
   try {
     kwargs = json::parse(kwargs_text.empty() ? "{}" : kwargs_text);
@@ -346,6 +332,7 @@ PromptDatasetOptions PromptDatasetOptions::from_config(const Config& config) {
     throw ConfigError("apply_chat_template_kwargs = " + kwargs_text +
                       " must be a JSON object such as '{\"enable_thinking\": false}'");
   }
+  bool enable_thinking = true;
   for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
     if (it.key() != "enable_thinking") {
       throw ConfigError("apply_chat_template_kwargs: '" + it.key() +
@@ -355,9 +342,55 @@ PromptDatasetOptions PromptDatasetOptions::from_config(const Config& config) {
       throw ConfigError("apply_chat_template_kwargs: enable_thinking must be true or false, got " +
                         it.value().dump());
     }
-    options.enable_thinking = it.value().get<bool>();
+    enable_thinking = it.value().get<bool>();
   }
-  return options;
+  return enable_thinking;
+}
+
+}  // namespace
+
+const OptionFields<PromptDatasetOptions>& PromptDatasetOptions::fields() {
+  using O = PromptDatasetOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("data");
+    f.add("prompt_data", &O::path,
+          "The prompt dataset: a JSONL file, one JSON object per line; FILE@[start:end] keeps "
+          "those records.");
+    f.add("input_key", &O::input_key,
+          "Key of the prompt: a string, or a list of chat messages with --apply-chat-template.");
+    f.add("label_key", &O::label_key, "Key of the label given to reward functions (\"\": none).");
+    f.add("metadata_key", &O::metadata_key,
+          "Key of the metadata object given to reward and generate functions.");
+    f.add("tool_key", &O::tool_key,
+          "Key of a prompt's tool list, read where a line has it (\"\": never).");
+    f.add("apply_chat_template", &O::apply_chat_template,
+          "Render each prompt with the chat template and its generation prompt.");
+    f.add_custom(
+        "apply_chat_template_kwargs", FieldType::kString,
+        [](const O& o) {
+          return nlohmann::json(o.enable_thinking ? "{}" : R"({"enable_thinking": false})");
+        },
+        [](const nlohmann::json& value, O& o) {
+          o.enable_thinking = enable_thinking_of(value.get<std::string>());
+        },
+        "JSON object of chat template options: {\"enable_thinking\": false} (Qwen3).");
+    f.add("chat_template", &O::chat_template,
+          "Chat template: chatml, qwen3 or llama3; empty: the tokenizer's own.");
+    f.add("rollout_max_prompt_len", &O::max_prompt_len,
+          "Drop prompts of more tokens than this when loading the data (0: no limit).")
+        .min(0);
+    f.add_rule([](const O& options) {
+      if (options.input_key.empty()) {
+        throw ConfigError("input_key is empty: --input-key must name the prompt's key");
+      }
+      if (!options.chat_template.empty()) {
+        models::ChatTemplate::from_name(options.chat_template);  // ConfigError for unknown names
+      }
+    });
+    return f;
+  }();
+  return fields;
 }
 
 PromptDataset::PromptDataset(PromptDatasetOptions options, const models::Tokenizer& tokenizer)

@@ -33,8 +33,9 @@
 #include <string>
 #include <vector>
 
+#include "core/option_fields.h"
+
 namespace ooze {
-class Config;
 namespace models {
 class Tokenizer;
 }  // namespace models
@@ -66,11 +67,10 @@ struct PromptDatasetOptions {
   };
   Flags flags;
 
-  // The "data" section's fields (add_prompt_data_fields in rollout/prompt_source.h):
-  // prompt_data, input_key, label_key, metadata_key, tool_key, apply_chat_template,
-  // apply_chat_template_kwargs, chat_template, rollout_max_prompt_len. Throws ConfigError for
-  // an unknown chat template name or unusable apply_chat_template_kwargs.
-  static PromptDatasetOptions from_config(const Config& config);
+  // --prompt-data, --input-key, --label-key, --metadata-key, --tool-key, --apply-chat-template,
+  // --apply-chat-template-kwargs, --chat-template, --rollout-max-prompt-len ("data" section).
+  // read() throws ConfigError for an unknown chat template name or unusable kwargs.
+  static const OptionFields<PromptDatasetOptions>& fields();
 };
 
 struct Prompt {

@@ -143,11 +143,16 @@ std::string describe_dataset(const json& dataset) {
 
 }  // namespace
 
-PromptSourceOptions PromptSourceOptions::from_config(const Config& config) {
-  PromptSourceOptions options;
-  options.shuffle = config.get<bool>("rollout_shuffle");
-  options.seed = config.get<int64_t>("rollout_seed");
-  return options;
+const OptionFields<PromptSourceOptions>& PromptSourceOptions::fields() {
+  using O = PromptSourceOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("data");
+    f.add("rollout_shuffle", &O::shuffle, "Shuffle the prompts, anew each epoch.");
+    f.add("rollout_seed", &O::seed, "Seed of the shuffle (epoch e uses rollout_seed + e).");
+    return f;
+  }();
+  return fields;
 }
 
 Sample make_sample(const DrawnPrompt& drawn, int64_t sample_index) {
@@ -340,46 +345,15 @@ int64_t num_rollouts(const Config& config, int64_t dataset_size, int64_t rollout
 }
 
 void add_prompt_data_fields(ConfigSchema& schema) {
+  PromptDatasetOptions::fields().declare(schema);
+  PromptSourceOptions::fields().declare(schema);
   schema.section("data");
-  schema.add_string("prompt_data", "",
-                    "The prompt dataset: a JSONL file, one JSON object per line; FILE@[start:end] "
-                    "keeps those records.");
-  schema.add_string("input_key", "input",
-                    "Key of the prompt: a string, or a list of chat messages with "
-                    "--apply-chat-template.");
-  schema.add_string("label_key", "", "Key of the label given to reward functions (\"\": none).");
-  schema.add_string("metadata_key", "metadata",
-                    "Key of the metadata object given to reward and generate functions.");
-  schema.add_string("tool_key", "tools",
-                    "Key of a prompt's tool list, read where a line has it (\"\": never).");
-  schema.add_bool("apply_chat_template", false,
-                  "Render each prompt with the chat template and its generation prompt.");
-  schema.add_string("apply_chat_template_kwargs", "{}",
-                    "JSON object of chat template options: {\"enable_thinking\": false} (Qwen3).");
-  schema.add_string("chat_template", "",
-                    "Chat template: chatml, qwen3 or llama3; empty: the tokenizer's own.");
-  schema
-      .add_int("rollout_max_prompt_len", 0,
-               "Drop prompts of more tokens than this when loading the data (0: no limit).")
-      .min(0);
-  schema.add_bool("rollout_shuffle", false, "Shuffle the prompts, anew each epoch.");
-  schema.add_int("rollout_seed", 42, "Seed of the shuffle (epoch e uses rollout_seed + e).");
   schema
       .add_int("num_epoch", 0,
                "Passes over the prompt data; gives num_rollout = num_epoch * prompts / "
                "rollout_batch_size when num_rollout is 0.")
       .min(0);
   schema.add_int("num_rollout", 0, "Rollout steps of the run; 0: from num_epoch.").min(0);
-
-  schema.add_check("prompt_data_options", [](const Config& config) {
-    try {
-      PromptDatasetOptions::from_config(config);
-      PromptSourceOptions::from_config(config);
-    } catch (const ConfigError& error) {
-      return std::string(error.what());
-    }
-    return std::string();
-  });
 }
 
 }  // namespace ooze::rollout

@@ -1,7 +1,7 @@
 // Where the rollout draws its prompts from: a PromptDataset walked epoch by epoch, as Slime's
 // rollout data source does it.
 //
-//   PromptSource source(dataset, PromptSourceOptions::from_config(config));
+//   PromptSource source(dataset, PromptSourceOptions::fields().read(config));
 //   std::vector<DrawnPrompt> batch = source.next_batch(rollout_batch_size);
 //   ...
 //   source.save(checkpoint_dir);            // beside the model, at every checkpoint
@@ -28,18 +28,13 @@
 #include "rollout/prompt_dataset.h"
 #include "rollout/sample.h"
 
-namespace ooze {
-class Config;
-class ConfigSchema;
-}  // namespace ooze
-
 namespace ooze::rollout {
 
 struct PromptSourceOptions {
   bool shuffle = false;  // --rollout-shuffle
   int64_t seed = 42;     // --rollout-seed
 
-  static PromptSourceOptions from_config(const Config& config);
+  static const OptionFields<PromptSourceOptions>& fields();
 };
 
 struct DrawnPrompt {
@@ -112,10 +107,9 @@ int64_t num_rollouts(int64_t num_rollout, int64_t num_epoch, int64_t dataset_siz
 // The same with num_rollout and num_epoch read from `config`.
 int64_t num_rollouts(const Config& config, int64_t dataset_size, int64_t rollout_batch_size);
 
-// Declares the "data" section, Slime's names and defaults: prompt_data, input_key, label_key,
-// metadata_key, tool_key, apply_chat_template, apply_chat_template_kwargs, chat_template,
-// rollout_shuffle, rollout_seed, num_epoch, num_rollout, rollout_max_prompt_len; with a check
-// that the options build (a bad chat template name or kwargs is refused before anything runs).
+// Declares the "data" section, Slime's names and defaults: PromptDatasetOptions' and
+// PromptSourceOptions' flags, num_epoch and num_rollout. A bad chat template name or kwargs is
+// refused as the config loads, before anything runs.
 void add_prompt_data_fields(ConfigSchema& schema);
 
 }  // namespace ooze::rollout

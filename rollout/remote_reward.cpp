@@ -77,6 +77,20 @@ double jitter_factor() {
 
 }  // namespace
 
+const OptionFields<RemoteRewardOptions>& RemoteRewardOptions::fields() {
+  using O = RemoteRewardOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.add("rm_url", &O::url, "The remote reward model's URL (--rm-type remote_rm).");
+    f.add("rm_timeout", &O::timeout_s, "Seconds one remote reward request may take.")
+        .greater_than(0);
+    f.add("rm_max_retries", &O::max_retries, "Retries of a remote reward request that failed.")
+        .min(0);
+    return f;
+  }();
+  return fields;
+}
+
 RemoteReward::RemoteReward(RemoteRewardOptions options) : options_(std::move(options)) {
   if (options_.url.empty()) {
     throw ConfigError(

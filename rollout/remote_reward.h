@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/option_fields.h"
 #include "rollout/sample.h"
 
 namespace ooze::serving {
@@ -35,6 +36,9 @@ struct RemoteRewardOptions {
   // gets up to 10% more at random so that many failed samples do not retry in lockstep.
   double initial_backoff_s = 1.0;
   double max_backoff_s = 30.0;
+
+  // --rm-url, --rm-timeout, --rm-max-retries (the backoff is not a flag).
+  static const OptionFields<RemoteRewardOptions>& fields();
 };
 
 // A sample the reward model did not score: names the URL, the sample, the attempts made and the

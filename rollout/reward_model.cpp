@@ -4,40 +4,28 @@
 
 namespace ooze::rollout {
 
-void add_reward_fields(ConfigSchema& schema) {
-  schema.section("reward");
-  schema.add_string(
-      "rm_type", "",
-      "Built-in reward (math, deepscaler, dapo, f1, gpqa, random, boxed_<type>) or remote_rm.");
-  schema.add_string("custom_rm_path", "",
-                    "lib.so:function, a reward or batched reward plugin (wins over --rm-type).");
-  schema.add_bool("group_rm", false, "A batched reward function scores each group as it ends.");
-  schema.add_string("reward_key", "", "The scalar field of object rewards (dapo: score).");
-  schema.add_string("rm_url", "", "The remote reward model's URL (--rm-type remote_rm).");
-  schema.add_double("rm_timeout", 120.0, "Seconds one remote reward request may take.")
-      .greater_than(0);
-  schema.add_int("rm_max_retries", 9, "Retries of a remote reward request that failed.").min(0);
-  schema.add_int("reward_threads", 16, "Samples scored at once.").min(1);
-  schema.add_check("reward_source", [](const Config& config) -> std::string {
-    if (config.get<std::string>("rm_type") == "remote_rm" &&
-        config.get<std::string>("rm_url").empty()) {
-      return "rm_type = remote_rm needs --rm-url";
-    }
-    return "";
-  });
-}
-
-RewardOptions RewardOptions::from_config(const Config& config) {
-  RewardOptions options;
-  options.rm_type = config.get<std::string>("rm_type");
-  options.custom_rm_path = config.get<std::string>("custom_rm_path");
-  options.group_rm = config.get<bool>("group_rm");
-  options.reward_key = config.get<std::string>("reward_key");
-  options.remote.url = config.get<std::string>("rm_url");
-  options.remote.timeout_s = config.get<double>("rm_timeout");
-  options.remote.max_retries = static_cast<int>(config.get<int64_t>("rm_max_retries"));
-  options.reward_threads = config.get<int64_t>("reward_threads");
-  return options;
+const OptionFields<RewardOptions>& RewardOptions::fields() {
+  using O = RewardOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("reward");
+    f.add("rm_type", &O::rm_type,
+          "Built-in reward (math, deepscaler, dapo, f1, gpqa, random, boxed_<type>) or "
+          "remote_rm.");
+    f.add("custom_rm_path", &O::custom_rm_path,
+          "lib.so:function, a reward or batched reward plugin (wins over --rm-type).");
+    f.add("group_rm", &O::group_rm, "A batched reward function scores each group as it ends.");
+    f.add("reward_key", &O::reward_key, "The scalar field of object rewards (dapo: score).");
+    f.include("remote", &O::remote, RemoteRewardOptions::fields());
+    f.add("reward_threads", &O::reward_threads, "Samples scored at once.").min(1);
+    f.add_rule([](const O& options) {
+      if (options.rm_type == "remote_rm" && options.remote.url.empty()) {
+        throw ConfigError("rm_type = remote_rm needs --rm-url");
+      }
+    });
+    return f;
+  }();
+  return fields;
 }
 
 RewardModel::RewardModel(RewardOptions options) : options_(std::move(options)) {

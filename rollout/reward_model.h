@@ -4,7 +4,7 @@
 // request body). Everything is checked when the model is built (unknown type, missing URL,
 // a library or symbol that does not load), so a run fails at start-up, not at its first rollout.
 //
-//   RewardModel rewards(RewardOptions::from_config(config));
+//   RewardModel rewards(RewardOptions::fields().read(config));
 //   rewards.score_group(group);        // fills sample.reward for every sample of the group
 //
 // Samples are scored concurrently on --reward-threads threads (remote models and plugins wait
@@ -42,12 +42,10 @@ struct RewardOptions {
   RemoteRewardOptions remote;  // --rm-url and its timeouts and retries
   int64_t reward_threads = 16;
 
-  static RewardOptions from_config(const Config& config);
+  // --rm-type, --custom-rm-path, --group-rm, --reward-key, --rm-url, --rm-timeout,
+  // --rm-max-retries, --reward-threads ("reward" section); read() checks that remote_rm has a URL.
+  static const OptionFields<RewardOptions>& fields();
 };
-
-// Declares --rm-type, --custom-rm-path, --group-rm, --reward-key, --rm-url, --rm-timeout,
-// --rm-max-retries, --reward-threads (section "reward").
-void add_reward_fields(ConfigSchema& schema);
 
 class RewardModel {
  public:

@@ -2,7 +2,7 @@
 // them, filters groups and hands the trainer exactly --rollout-batch-size groups, with Slime's
 // flags and behaviour.
 //
-//   RolloutManager manager(RolloutOptions::from_config(config), source, router, tokenizer,
+//   RolloutManager manager(RolloutOptions::fields().read(config), source, router, tokenizer,
 //                          rewards);
 //   RolloutResult rollout = manager.generate(rollout_id);   // rollout.groups, rollout.metrics
 //   MetricMap eval = manager.evaluate(datasets, eval_options);

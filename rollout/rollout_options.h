@@ -1,17 +1,18 @@
 // What a rollout and an evaluation are asked for: Slime's rollout and eval flags, declared
 // here beside the options they fill, for the rollout manager (rollout/rollout_manager.h).
 //
-//   add_rollout_fields(schema);   // section "rollout", with the sampling flags
-//   add_eval_fields(schema);      // section "eval"
-//   RolloutOptions rollout = RolloutOptions::from_config(config);
-//   EvalOptions eval = EvalOptions::from_config(config, PromptDatasetOptions::from_config(config));
+//   RolloutOptions::fields().declare(schema);   // section "rollout", with the sampling flags
+//   add_eval_fields(schema);                     // section "eval"
+//   RolloutOptions rollout = RolloutOptions::fields().read(config);
+//   EvalOptions eval = EvalOptions::from_config(config,
+//   PromptDatasetOptions::fields().read(config));
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "core/option_fields.h"
 #include "rollout/prompt_dataset.h"
 #include "rollout/sample_generation.h"
 
@@ -30,12 +31,10 @@ struct RolloutOptions {
   double progress_interval_s = 30.0;          // progress lines during long rollouts; 0: none
   RolloutSampling sampling;
 
-  static RolloutOptions from_config(const Config& config);
+  // The "rollout" section: batch sizes, dynamic sampling, partial rollout, custom generation,
+  // concurrency, and the sampling flags. read() checks the over-sampling batch.
+  static const OptionFields<RolloutOptions>& fields();
 };
-
-// Declares the "rollout" section: batch sizes, dynamic sampling, partial rollout, custom
-// generation, concurrency, and the sampling flags (add_rollout_sampling_fields).
-void add_rollout_fields(ConfigSchema& schema);
 
 // One evaluation dataset: --eval-prompt-data NAME FILE ... gives the names and paths; the
 // other dataset options are the rollout data's.
@@ -51,12 +50,15 @@ struct EvalOptions {
   bool log_passrate = false;
   RolloutSampling sampling;
 
-  // `data` is the rollout data's options, which eval datasets share but for their path.
+  // --eval-prompt-data (NAME,FILE pairs: each dataset's name and path), --eval-interval,
+  // --n-samples-per-eval-prompt, --log-passrate ("eval" section).
+  static const OptionFields<EvalOptions>& fields();
+  // Those fields, the eval sampling (RolloutSampling::eval_from_config), and each dataset's
+  // other options: `data`, the rollout data's.
   static EvalOptions from_config(const Config& config, const PromptDatasetOptions& data);
 };
 
-// Declares the "eval" section (eval_prompt_data, eval_interval, n_samples_per_eval_prompt,
-// log_passrate; the eval sampling flags come with add_rollout_sampling_fields).
+// Declares EvalOptions' fields and the eval sampling flags (add_eval_sampling_fields).
 void add_eval_fields(ConfigSchema& schema);
 
 }  // namespace ooze::rollout

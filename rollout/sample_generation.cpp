@@ -27,56 +27,53 @@ nlohmann::json RolloutSampling::sampling_params(int64_t max_new_tokens, int64_t 
   return params;
 }
 
-void add_rollout_sampling_fields(ConfigSchema& schema) {
-  schema.section("rollout");
-  schema.add_double("rollout_temperature", 1.0, "Sampling temperature of rollouts (0: greedy).")
-      .min(0);
-  schema.add_double("rollout_top_p", 1.0, "Top-p of rollouts.").greater_than(0).max(1);
-  schema.add_int("rollout_top_k", -1, "Top-k of rollouts (-1: every token).").min(-1);
-  schema
-      .add_int("rollout_max_response_len", 1024, "Response tokens per sample, every turn together.")
-      .min(1);
-  schema.add_string_list("rollout_stop", {}, "Stop strings (the response ends before them).");
-  schema.add_int_list("rollout_stop_token_ids", {}, "Token ids that end a response.").min(0);
-  schema.add_bool("rollout_skip_special_tokens", true,
-                  "Leave special tokens out of response texts.");
-  schema
-      .add_int("sampling_seed", -1,
-               "Seed every request from this, the sample's index and its response so far, so a "
-               "rerun samples the same tokens; -1: the engines draw seeds.")
-      .min(-1);
+const OptionFields<RolloutSampling>& RolloutSampling::fields() {
+  using O = RolloutSampling;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("rollout");
+    f.add("rollout_temperature", &O::temperature, "Sampling temperature of rollouts (0: greedy).")
+        .min(0);
+    f.add("rollout_top_p", &O::top_p, "Top-p of rollouts.").greater_than(0).max(1);
+    f.add("rollout_top_k", &O::top_k, "Top-k of rollouts (-1: every token).").min(-1);
+    f.add("rollout_max_response_len", &O::max_response_len,
+          "Response tokens per sample, every turn together.")
+        .min(1);
+    f.add("rollout_stop", &O::stop, "Stop strings (the response ends before them).");
+    f.add("rollout_stop_token_ids", &O::stop_token_ids, "Token ids that end a response.").min(0);
+    f.add("rollout_skip_special_tokens", &O::skip_special_tokens,
+          "Leave special tokens out of response texts.");
+    f.add("sampling_seed", &O::seed,
+          "Seed every request from this, the sample's index and its response so far, so a rerun "
+          "samples the same tokens; -1: the engines draw seeds.")
+        .min(-1);
+    return f;
+  }();
+  return fields;
+}
+
+void add_eval_sampling_fields(ConfigSchema& schema) {
+  const RolloutSampling defaults;
   schema.section("eval");
-  // Unset, each is the rollout's value (RolloutSampling::eval_from_config).
-  schema.add_double("eval_temperature", 1.0, "Temperature of evaluations.")
+  schema.add_double("eval_temperature", defaults.temperature, "Temperature of evaluations.")
       .min(0)
       .default_shown_as("--rollout-temperature");
-  schema.add_double("eval_top_p", 1.0, "Top-p of evaluations.")
+  schema.add_double("eval_top_p", defaults.top_p, "Top-p of evaluations.")
       .greater_than(0)
       .max(1)
       .default_shown_as("--rollout-top-p");
-  schema.add_int("eval_top_k", -1, "Top-k of evaluations.")
+  schema.add_int("eval_top_k", defaults.top_k, "Top-k of evaluations.")
       .min(-1)
       .default_shown_as("--rollout-top-k");
-  schema.add_int("eval_max_response_len", 1024, "Response tokens per evaluation sample.")
+  schema
+      .add_int("eval_max_response_len", defaults.max_response_len,
+               "Response tokens per evaluation sample.")
       .min(1)
       .default_shown_as("--rollout-max-response-len");
 }
 
-RolloutSampling RolloutSampling::from_config(const Config& config) {
-  RolloutSampling sampling;
-  sampling.temperature = config.get<double>("rollout_temperature");
-  sampling.top_p = config.get<double>("rollout_top_p");
-  sampling.top_k = config.get<int64_t>("rollout_top_k");
-  sampling.max_response_len = config.get<int64_t>("rollout_max_response_len");
-  sampling.stop = config.get<std::vector<std::string>>("rollout_stop");
-  sampling.stop_token_ids = config.get<std::vector<int64_t>>("rollout_stop_token_ids");
-  sampling.skip_special_tokens = config.get<bool>("rollout_skip_special_tokens");
-  sampling.seed = config.get<int64_t>("sampling_seed");
-  return sampling;
-}
-
 RolloutSampling RolloutSampling::eval_from_config(const Config& config) {
-  RolloutSampling sampling = from_config(config);
+  RolloutSampling sampling = fields().read(config);
   auto given = [&](const char* key) { return config.source(key) != ConfigSource::kDefault; };
   if (given("eval_temperature")) sampling.temperature = config.get<double>("eval_temperature");
   if (given("eval_top_p")) sampling.top_p = config.get<double>("eval_top_p");

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "core/option_fields.h"
 #include "rollout/reward_plugin.h"
 #include "rollout/sample.h"
 #include "serving/router.h"
@@ -47,15 +47,16 @@ struct RolloutSampling {
   nlohmann::json sampling_params(int64_t max_new_tokens, int64_t n, const Sample& sample) const;
 
   // --rollout-temperature, --rollout-top-p, --rollout-top-k, --rollout-max-response-len,
-  // --rollout-stop, --rollout-stop-token-ids, --rollout-skip-special-tokens, --sampling-seed.
-  static RolloutSampling from_config(const Config& config);
-  // --eval-temperature, --eval-top-p, --eval-top-k, --eval-max-response-len: each, when not
-  // given, takes the rollout's value.
+  // --rollout-stop, --rollout-stop-token-ids, --rollout-skip-special-tokens, --sampling-seed
+  // ("rollout" section).
+  static const OptionFields<RolloutSampling>& fields();
+  // The rollout's sampling with --eval-temperature, --eval-top-p, --eval-top-k and
+  // --eval-max-response-len applied where given (add_eval_sampling_fields).
   static RolloutSampling eval_from_config(const Config& config);
 };
 
-// Declares the flags above (section "rollout").
-void add_rollout_sampling_fields(ConfigSchema& schema);
+// Declares the --eval-* sampling flags (section "eval"); unset, each is the rollout's value.
+void add_eval_sampling_fields(ConfigSchema& schema);
 
 // What a generator has sent and received since it was made (every field summed over outputs).
 struct GenerationStats {

@@ -77,13 +77,7 @@ int64_t TrainActor::init(const TrainInit& init) {
       state->rank, state->world_size, init.group_name, state->device, group);
 
   const TrainerOptions& options = init.options;
-  fsdp::FsdpTransformerOptions fsdp_options;
-  fsdp_options.shard.mixed_precision.param_dtype = options.bf16 ? torch::kBFloat16 : torch::kFloat;
-  fsdp_options.shard.reshard_after_forward = options.reshard_after_forward;
-  fsdp_options.shard.prefetch = options.prefetch;
-  fsdp_options.activation_checkpointing = options.gradient_checkpointing;
-  fsdp_options.context_parallel_size = options.packing.context_parallel_size;
-  fsdp_options.cp_impl = options.cp_impl;
+  const fsdp::FsdpTransformerOptions& fsdp_options = options.fsdp;
   models::ModelConfig config = models::load_model_config(init.model_dir);
   const bool critic = init.role == TrainerRole::kCritic;
   models::TransformerModel model(
@@ -105,14 +99,8 @@ int64_t TrainActor::init(const TrainInit& init) {
             ? ReferenceModel::copy_of(*state->model, fsdp_options)
             : ReferenceModel::from_hf_checkpoint(init.ref_load, state->comm, fsdp_options));
   }
-  fsdp::ShardedAdamWOptions adam;
-  adam.beta1 = options.adam_beta1;
-  adam.beta2 = options.adam_beta2;
-  adam.eps = options.adam_eps;
-  adam.weight_decay = options.weight_decay;
-  state->optimizer = std::make_unique<fsdp::ShardedAdamW>(state->model->sharded(), adam);
-  state->schedule =
-      std::make_unique<fsdp::LrSchedule>(lr_schedule_options(options), options.total_iters);
+  state->optimizer = std::make_unique<fsdp::ShardedAdamW>(state->model->sharded(), options.adamw);
+  state->schedule = std::make_unique<fsdp::LrSchedule>(options.lr_schedule, options.total_iters);
   int64_t parameters = 0;
   for (const auto& parameter : state->model->model()->parameters()) parameters += parameter.numel();
   state_ = std::move(state);
@@ -125,16 +113,8 @@ TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
   const TrainerOptions& options = state_->options;
   fsdp::TrainingProgress& progress = state_->progress;
   const double lr = state_->schedule->lr_at(progress.lr_completed_steps);
-  TrainStepOptions step_options;
-  step_options.packing = options.packing;
-  step_options.loss_aggregation = options.loss_aggregation;
-  step_options.clip_grad = options.clip_grad;
-  step_options.loss_type = options.loss_type;
-  step_options.policy_loss = options.policy_loss;
-  step_options.value_loss = options.value_loss;
-  step_options.temperature = options.temperature;
   TrainStepResult result =
-      trainer::train_step(*state_->model, *state_->optimizer, lr, batch.samples, step_options);
+      trainer::train_step(*state_->model, *state_->optimizer, lr, batch.samples, options.step);
   // As in Megatron, a skipped step counts as an iteration but does not advance the schedule.
   progress.iteration += 1;
   progress.lr_completed_steps += result.skipped ? 0 : 1;
@@ -146,7 +126,7 @@ TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
 ResponseLogProbs TrainActor::compute_log_probs(const TrainBatch& batch, double temperature,
                                                bool with_entropy) {
   if (!state_) throw Error("TrainActor::compute_log_probs before init");
-  return trainer::compute_log_probs(*state_->model, batch.samples, state_->options.packing,
+  return trainer::compute_log_probs(*state_->model, batch.samples, state_->options.step.packing,
                                     temperature, with_entropy);
 }
 
@@ -157,12 +137,13 @@ ResponseLogProbs TrainActor::compute_ref_log_probs(const TrainBatch& batch, doub
         "TrainActor::compute_ref_log_probs: this trainer holds no reference model (init it "
         "with reference_model, as --use-kl-loss and --kl-coef do)");
   }
-  return state_->reference->compute_log_probs(batch.samples, state_->options.packing, temperature);
+  return state_->reference->compute_log_probs(batch.samples, state_->options.step.packing,
+                                              temperature);
 }
 
 std::vector<at::Tensor> TrainActor::compute_values(const TrainBatch& batch) {
   if (!state_) throw Error("TrainActor::compute_values before init");
-  return trainer::compute_values(*state_->model, batch.samples, state_->options.packing);
+  return trainer::compute_values(*state_->model, batch.samples, state_->options.step.packing);
 }
 
 fsdp::TrainingProgress TrainActor::save(const std::string& dir) {
@@ -173,14 +154,13 @@ fsdp::TrainingProgress TrainActor::save(const std::string& dir) {
 
 fsdp::TrainingProgress TrainActor::load(const std::string& dir) {
   if (!state_) throw Error("TrainActor::load before init");
-  return load_iteration(dir, state_->options.ckpt_step);
+  return load_iteration(dir, state_->options.checkpoint.iteration.value_or(-1));
 }
 
 fsdp::TrainingProgress TrainActor::load_iteration(const std::string& dir, int64_t iteration) {
   if (!state_) throw Error("TrainActor::load_iteration before init");
-  fsdp::CheckpointLoadOptions options;
-  if (iteration >= 0) options.iteration = iteration;
-  options.load_rng = state_->options.load_rng;
+  fsdp::CheckpointLoadOptions options = state_->options.checkpoint;
+  options.iteration = iteration >= 0 ? std::optional<int64_t>(iteration) : std::nullopt;
   fsdp::ShardedAdamW* optimizer = state_->options.load_optim ? state_->optimizer.get() : nullptr;
   state_->progress = fsdp::load_checkpoint(dir, state_->model->sharded(), optimizer, options);
   return state_->progress;

@@ -101,7 +101,7 @@ class TrainActor {
   // Writes a sharded checkpoint of weights, AdamW state, schedule position and RNG into
   // DIR/iter_<iteration> (fsdp/checkpoint.h); every rank takes part.
   fsdp::TrainingProgress save(const std::string& dir);
-  // Loads DIR's newest checkpoint (or options.ckpt_step), saved at any world size; the
+  // Loads DIR's newest checkpoint (or options.checkpoint.iteration), saved at any world size; the
   // optimizer and RNG unless options.load_optim / load_rng are off. Training continues
   // exactly where the saved run was.
   fsdp::TrainingProgress load(const std::string& dir);

@@ -307,6 +307,59 @@ std::vector<std::vector<at::Tensor>> score_responses(
 
 }  // namespace
 
+std::string loss_type_name(LossType type) {
+  switch (type) {
+    case LossType::kPolicyLoss:
+      return "policy_loss";
+    case LossType::kSftLoss:
+      return "sft_loss";
+    case LossType::kValueLoss:
+      return "value_loss";
+  }
+  return "?";
+}
+
+namespace {
+
+LossType parse_loss_type(const nlohmann::json& name) {
+  for (LossType type : {LossType::kPolicyLoss, LossType::kSftLoss, LossType::kValueLoss}) {
+    if (loss_type_name(type) == name.get<std::string>()) return type;
+  }
+  throw ConfigError("loss_type = " + name.dump() + " is not policy_loss, sft_loss or value_loss");
+}
+
+}  // namespace
+
+const OptionFields<TrainStepOptions>& TrainStepOptions::fields() {
+  using O = TrainStepOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.include("packing", &O::packing, fsdp::PackingOptions::fields());
+    f.section("loss");
+    algorithms::add_loss_aggregation_field(f, &O::loss_aggregation);
+    // The flag offers the policy's losses; the wire carries a critic's too.
+    FieldSpec& loss_type = f.add_custom(
+        "loss_type", FieldType::kEnum,
+        [](const O& o) { return nlohmann::json(loss_type_name(o.loss_type)); },
+        [](const nlohmann::json& value, O& o) { o.loss_type = parse_loss_type(value); },
+        "What the trainer minimises: the RL policy loss (algorithm section) or the supervised "
+        "loss on response tokens.");
+    loss_type.choices = {"policy_loss", "sft_loss"};
+    f.section("optimizer");
+    f.add("clip_grad", &O::clip_grad,
+          "Clip the global gradient norm to this; 0 turns clipping off. A non-finite norm skips "
+          "the step either way.")
+        .min(0);
+    f.include("policy_loss", &O::policy_loss, algorithms::PolicyLossOptions::fields(),
+              /*as_flags=*/false);
+    f.include("value_loss", &O::value_loss, algorithms::ValueLossOptions::fields(),
+              /*as_flags=*/false);
+    f.add_internal("temperature", &O::temperature);
+    return f;
+  }();
+  return fields;
+}
+
 fsdp::PackingSample language_modeling_sample(const std::vector<int64_t>& tokens) {
   if (tokens.size() < 2) {
     throw Error(

@@ -50,17 +50,24 @@ namespace ooze::trainer {
 // with a value head, models::ModelHead::kValue) trains on the value loss.
 enum class LossType { kPolicyLoss, kSftLoss, kValueLoss };
 
+// "policy_loss", "sft_loss", "value_loss".
+std::string loss_type_name(LossType type);
+
 struct TrainStepOptions {
   fsdp::PackingOptions packing;
   algorithms::LossAggregation loss_aggregation =
       algorithms::LossAggregation::kSequenceMeanTokenMean;  // --loss-aggregation
   double clip_grad = 1.0;  // --clip-grad; <= 0: no clipping (the norm is still computed)
-  LossType loss_type = LossType::kPolicyLoss;
-  algorithms::PolicyLossOptions policy_loss;  // with kPolicyLoss
-  algorithms::ValueLossOptions value_loss;    // with kValueLoss
+  LossType loss_type = LossType::kPolicyLoss;  // --loss-type (a critic: kValueLoss)
+  algorithms::PolicyLossOptions policy_loss;   // with kPolicyLoss
+  algorithms::ValueLossOptions value_loss;     // with kValueLoss
   // The policy's log-probs are those of softmax(logits / temperature), the distribution the
   // rollouts sampled from (--rollout-temperature), as the old and rollout log-probs are.
   double temperature = 1.0;
+
+  // The batching flags, --loss-aggregation, --loss-type and --clip-grad. The losses' options and
+  // the temperature travel with the struct; their flags are the algorithm's and the rollout's.
+  static const OptionFields<TrainStepOptions>& fields();
 };
 
 struct TrainStepResult {

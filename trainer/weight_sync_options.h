@@ -9,7 +9,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "core/config.h"
+#include "core/option_fields.h"
 #include "weight_sync/bucket.h"
 
 namespace ooze::trainer {
@@ -22,13 +22,17 @@ struct WeightSyncOptions {
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
   }
-  static WeightSyncOptions from_config(const Config& config);
+  // The flags above ("weight_sync" section).
+  static const OptionFields<WeightSyncOptions>& fields();
+
   template <class A>
-  void serialize(A& ar) {
-    ar(update_weight_buffer_size, timeout_seconds, check);
+  void save(A& ar) const {
+    save_options(ar, *this);
+  }
+  template <class A>
+  void load(A& ar) {
+    load_options(ar, *this);
   }
 };
-
-void add_weight_sync_fields(ConfigSchema& schema);
 
 }  // namespace ooze::trainer

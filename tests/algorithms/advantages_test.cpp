@@ -184,7 +184,7 @@ TEST(AdvantagesTest, SingleSampleGroupsGiveZeroNotNaN) {
 TEST(AdvantagesTest, DrGrpoOnlySubtractsTheMean) {
   Samples s = random_samples(8, 5, 3);
   AdvantageOptions options = options_for(AdvantageEstimator::kGrpo);
-  options.grpo_std_normalization = false;
+  options.disable_grpo_std_normalization = true;
   AdvantageResult result = compute_advantages(s.inputs(4), options);
   Vec scalar = reference_group_normalized(s.rewards, 4, false);
   for (int i = 0; i < 8; ++i) {
@@ -204,7 +204,7 @@ TEST(AdvantagesTest, GspoAndCispoUseGrpoAdvantages) {
 TEST(AdvantagesTest, DisabledRewardsNormalizationKeepsRawRewards) {
   Samples s = random_samples(6, 4, 5);
   AdvantageOptions options = options_for(AdvantageEstimator::kGrpo);
-  options.rewards_normalization = false;
+  options.disable_rewards_normalization = true;
   AdvantageResult result = compute_advantages(s.inputs(3), options);
   for (int i = 0; i < 6; ++i) {
     expect_near_vec(Vec(s.masks[i].size(), s.rewards[i]), result.advantages[i], 0, "raw");

@@ -11,12 +11,27 @@
 namespace ooze::algorithms {
 namespace algorithm_options_test {
 
+// The trainer's options hold --loss-aggregation; a struct of its own stands in for them here.
+struct Aggregation {
+  LossAggregation value = LossAggregation::kSequenceMeanTokenMean;
+};
+
+const OptionFields<Aggregation>& aggregation_fields() {
+  static const OptionFields<Aggregation> fields = [] {
+    OptionFields<Aggregation> f;
+    f.section("loss");
+    add_loss_aggregation_field(f, &Aggregation::value);
+    return f;
+  }();
+  return fields;
+}
+
 // The fields an RL experiment declares for the algorithms: the "algorithm" and "loss" sections.
 const ConfigSchema& algorithm_schema() {
   static const ConfigSchema schema = [] {
     ConfigSchema s;
     add_algorithm_fields(s);
-    add_loss_aggregation_field(s);
+    aggregation_fields().declare(s);
     return s;
   }();
   return schema;
@@ -30,15 +45,15 @@ TEST(AlgorithmOptionsTest, DefaultsAreSlimes) {
   Config config = load_config(algorithm_schema(), "", {});
   AlgorithmOptions options = AlgorithmOptions::from_config(config);
   EXPECT_EQ(options.advantage.estimator, AdvantageEstimator::kGrpo);
-  EXPECT_TRUE(options.advantage.rewards_normalization);
-  EXPECT_TRUE(options.advantage.grpo_std_normalization);
+  EXPECT_FALSE(options.advantage.disable_rewards_normalization);
+  EXPECT_FALSE(options.advantage.disable_grpo_std_normalization);
   EXPECT_FALSE(options.advantage.normalize_advantages);
   EXPECT_DOUBLE_EQ(options.advantage.kl_coef, 0.0);
   EXPECT_DOUBLE_EQ(options.advantage.gamma, 1.0);
   EXPECT_DOUBLE_EQ(options.advantage.lambd, 1.0);
   EXPECT_EQ(options.policy_loss.kind, PolicyLossKind::kPpoClip);
   EXPECT_DOUBLE_EQ(options.policy_loss.eps_clip, 0.2);
-  EXPECT_DOUBLE_EQ(options.policy_loss.eps_clip_high, 0.2);
+  EXPECT_DOUBLE_EQ(options.policy_loss.clip_high(), 0.2);
   EXPECT_DOUBLE_EQ(options.policy_loss.eps_clip_c, 0.0);
   EXPECT_FALSE(options.policy_loss.use_kl_loss);
   EXPECT_EQ(options.policy_loss.kl_loss_type, KlEstimator::kK1);
@@ -48,8 +63,7 @@ TEST(AlgorithmOptionsTest, DefaultsAreSlimes) {
   EXPECT_FALSE(options.policy_loss.use_opsm);
   EXPECT_DOUBLE_EQ(options.policy_loss.opsm_delta, 1e-4);
   EXPECT_DOUBLE_EQ(options.value_loss.value_clip, 0.2);
-  EXPECT_EQ(parse_loss_aggregation(config.get<std::string>("loss_aggregation")),
-            LossAggregation::kSequenceMeanTokenMean);
+  EXPECT_EQ(aggregation_fields().read(config).value, LossAggregation::kSequenceMeanTokenMean);
 }
 
 TEST(AlgorithmOptionsTest, SlimeFlagNames) {
@@ -92,10 +106,10 @@ TEST(AlgorithmOptionsTest, SlimeFlagNames) {
   AlgorithmOptions options = AlgorithmOptions::from_config(config);
   EXPECT_EQ(options.advantage.estimator, AdvantageEstimator::kGspo);
   EXPECT_EQ(options.policy_loss.kind, PolicyLossKind::kGspo);
-  EXPECT_FALSE(options.advantage.grpo_std_normalization);
+  EXPECT_TRUE(options.advantage.disable_grpo_std_normalization);
   EXPECT_TRUE(options.advantage.normalize_advantages);
   EXPECT_DOUBLE_EQ(options.policy_loss.eps_clip, 3e-4);
-  EXPECT_DOUBLE_EQ(options.policy_loss.eps_clip_high, 4e-4);
+  EXPECT_DOUBLE_EQ(options.policy_loss.clip_high(), 4e-4);
   EXPECT_DOUBLE_EQ(options.policy_loss.eps_clip_c, 3.0);
   EXPECT_TRUE(options.policy_loss.use_kl_loss);
   EXPECT_DOUBLE_EQ(options.policy_loss.kl_loss_coef, 0.01);
@@ -111,12 +125,11 @@ TEST(AlgorithmOptionsTest, SlimeFlagNames) {
   EXPECT_TRUE(options.policy_loss.use_opsm);
   EXPECT_DOUBLE_EQ(options.policy_loss.opsm_delta, 0.01);
   EXPECT_DOUBLE_EQ(options.value_loss.value_clip, 0.5);
-  EXPECT_EQ(parse_loss_aggregation(config.get<std::string>("loss_aggregation")),
-            LossAggregation::kSequenceMeanTokenSum);
+  EXPECT_EQ(aggregation_fields().read(config).value, LossAggregation::kSequenceMeanTokenSum);
 
   // Unset, the upper clip follows --eps-clip as in Slime.
   Config symmetric = load_config(algorithm_schema(), "", {"--eps-clip", "0.1"});
-  EXPECT_DOUBLE_EQ(AlgorithmOptions::from_config(symmetric).policy_loss.eps_clip_high, 0.1);
+  EXPECT_DOUBLE_EQ(AlgorithmOptions::from_config(symmetric).policy_loss.clip_high(), 0.1);
   Config ppo = load_config(
       algorithm_schema(), "",
       {"--advantage-estimator", "ppo", "--kl-coef", "0.05", "--gamma", "0.99", "--lambd", "0.95"});

@@ -311,6 +311,7 @@ std::vector<NamedLoss> losses_to_check() {
     PolicyLossOptions o;
     o.kind = PolicyLossKind::kCispo;
     o.eps_clip = 1.0;
+    o.eps_clip_high = 0.2;
     o.use_kl_loss = true;
     o.kl_loss_coef = 0.1;
     o.kl_loss_type = KlEstimator::kK2;

@@ -132,6 +132,8 @@ Reference reference_policy_loss(const Packed& p, const PolicyLossOptions& o,
       seq_rollout_sum[s] += p.mask[t] * (p.old_log_probs[t] - p.rollout_log_probs[t]);
     }
   }
+  // eps_clip_high 0 means eps_clip, as --eps-clip-high documents.
+  const double clip_high = o.eps_clip_high == 0 ? o.eps_clip : o.eps_clip_high;
   std::map<std::string, double> m;
   double pg_loss = 0, inf = std::numeric_limits<double>::infinity();
   double abs_max = 0, tis_max = 0, tis_min = inf;
@@ -143,12 +145,12 @@ Reference reference_policy_loss(const Packed& p, const PolicyLossOptions& o,
     const double ratio = std::exp(clamp(log_ratio, -20, 20));
     double loss = 0, clipped = 0;
     if (o.kind == PolicyLossKind::kCispo) {
-      double weight = clamp(ratio, 1 - o.eps_clip, 1 + o.eps_clip_high);
+      double weight = clamp(ratio, 1 - o.eps_clip, 1 + clip_high);
       loss = -weight * a * p.log_probs[t];
       clipped = weight != ratio;
     } else {
       double unclipped_loss = -ratio * a;
-      double clipped_loss = -clamp(ratio, 1 - o.eps_clip, 1 + o.eps_clip_high) * a;
+      double clipped_loss = -clamp(ratio, 1 - o.eps_clip, 1 + clip_high) * a;
       loss = std::max(unclipped_loss, clipped_loss);
       clipped = clipped_loss > unclipped_loss;
       if (o.eps_clip_c != 0 && a < 0) loss = std::min(loss, -o.eps_clip_c * a);

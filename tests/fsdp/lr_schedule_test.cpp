@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -105,14 +107,24 @@ TEST(LrSchedule, WsdIsStableThenDecaysOverItsLastIterations) {
   }
 }
 
-TEST(LrSchedule, ParsesMegatronStyleNames) {
-  EXPECT_EQ(ooze::fsdp::parse_lr_decay_style("WSD"), LrDecayStyle::kWsd);
-  EXPECT_EQ(ooze::fsdp::parse_lr_decay_style("cosine"), LrDecayStyle::kCosine);
-  EXPECT_EQ(ooze::fsdp::parse_lr_decay_style("Linear"), LrDecayStyle::kLinear);
-  EXPECT_EQ(ooze::fsdp::parse_lr_decay_style("constant"), LrDecayStyle::kConstant);
-  EXPECT_EQ(ooze::fsdp::parse_wsd_decay_style("minus_sqrt"), WsdDecayStyle::kMinusSqrt);
-  EXPECT_THROW(ooze::fsdp::parse_lr_decay_style("inverse-cube"), ooze::ConfigError);
-  EXPECT_THROW(ooze::fsdp::parse_wsd_decay_style("step"), ooze::ConfigError);
+TEST(LrSchedule, ReadsMegatronStyleNames) {
+  ooze::ConfigSchema schema;
+  LrScheduleOptions::fields().declare(schema);
+  const auto read = [&](std::vector<std::string> flags) {
+    return LrScheduleOptions::fields().read(ooze::load_config(schema, "", flags));
+  };
+  EXPECT_EQ(read({"--lr-decay-style", "WSD"}).decay_style, LrDecayStyle::kWsd);
+  EXPECT_EQ(read({"--lr-decay-style", "cosine"}).decay_style, LrDecayStyle::kCosine);
+  EXPECT_EQ(read({"--lr-decay-style", "linear"}).decay_style, LrDecayStyle::kLinear);
+  EXPECT_EQ(read({}).decay_style, LrDecayStyle::kConstant);
+  EXPECT_EQ(read({"--lr-wsd-decay-style", "minus_sqrt"}).wsd_decay_style,
+            WsdDecayStyle::kMinusSqrt);
+  EXPECT_THROW(read({"--lr-decay-style", "inverse-cube"}), ooze::ConfigError);
+  EXPECT_THROW(read({"--lr-wsd-decay-style", "step"}), ooze::ConfigError);
+  // Megatron's 0 means "not set" for the warmup fraction and the decay length.
+  EXPECT_FALSE(read({}).warmup_fraction.has_value());
+  EXPECT_FALSE(read({}).decay_iters.has_value());
+  EXPECT_EQ(read({"--lr-decay-iters", "30"}).decay_iters, 30);
 }
 
 TEST(LrSchedule, RefusesInconsistentOptions) {

@@ -435,8 +435,8 @@ TEST(PlanBatch, SplitIntoTooFewMicroBatchesIsAnError) {
 
 TEST(PackingOptions, FromTheBatchingFieldsItDeclares) {
   ConfigSchema schema;
-  add_batching_fields(schema);
-  PackingOptions options = PackingOptions::from_config(
+  PackingOptions::fields().declare(schema);
+  PackingOptions options = PackingOptions::fields().read(
       load_config(schema, "",
                   {"--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096", "--balance-data",
                    "--micro-batch-size", "3"}));
@@ -446,7 +446,7 @@ TEST(PackingOptions, FromTheBatchingFieldsItDeclares) {
   EXPECT_EQ(options.micro_batch_size, 3);
 
   // One default per field: the struct's, which the schema declares.
-  const PackingOptions defaults = PackingOptions::from_config(load_config(schema, "", {}));
+  const PackingOptions defaults = PackingOptions::fields().read(load_config(schema, "", {}));
   EXPECT_FALSE(defaults.use_dynamic_batch_size);
   EXPECT_FALSE(defaults.balance_data);
   EXPECT_EQ(defaults.micro_batch_size, PackingOptions{}.micro_batch_size);

@@ -394,7 +394,7 @@ TEST(PromptDatasetConfigTest, FlagsFillTheOptionsWithSlimesDefaults) {
   ConfigSchema schema;
   add_prompt_data_fields(schema);
   const Config defaults = load_config(schema, "", {});
-  const PromptDatasetOptions plain = PromptDatasetOptions::from_config(defaults);
+  const PromptDatasetOptions plain = PromptDatasetOptions::fields().read(defaults);
   EXPECT_EQ(plain.path, "");
   EXPECT_EQ(plain.input_key, "input");
   EXPECT_EQ(plain.label_key, "");
@@ -403,8 +403,8 @@ TEST(PromptDatasetConfigTest, FlagsFillTheOptionsWithSlimesDefaults) {
   EXPECT_FALSE(plain.apply_chat_template);
   EXPECT_TRUE(plain.enable_thinking);
   EXPECT_EQ(plain.max_prompt_len, 0);
-  EXPECT_EQ(PromptSourceOptions::from_config(defaults).seed, 42);
-  EXPECT_FALSE(PromptSourceOptions::from_config(defaults).shuffle);
+  EXPECT_EQ(PromptSourceOptions::fields().read(defaults).seed, 42);
+  EXPECT_FALSE(PromptSourceOptions::fields().read(defaults).shuffle);
 
   const Config config = load_config(schema, "",
                                     {"--prompt-data",
@@ -427,7 +427,7 @@ TEST(PromptDatasetConfigTest, FlagsFillTheOptionsWithSlimesDefaults) {
                                      "--rollout-shuffle",
                                      "--rollout-seed",
                                      "7"});
-  const PromptDatasetOptions options = PromptDatasetOptions::from_config(config);
+  const PromptDatasetOptions options = PromptDatasetOptions::fields().read(config);
   EXPECT_EQ(options.path, "/data/dapo.jsonl");
   EXPECT_EQ(options.input_key, "prompt");
   EXPECT_EQ(options.label_key, "label");
@@ -438,8 +438,8 @@ TEST(PromptDatasetConfigTest, FlagsFillTheOptionsWithSlimesDefaults) {
   EXPECT_EQ(options.chat_template, "qwen3");
   EXPECT_EQ(options.max_prompt_len, 2048);
   EXPECT_EQ(options.flags.input_key, "--input-key");
-  EXPECT_TRUE(PromptSourceOptions::from_config(config).shuffle);
-  EXPECT_EQ(PromptSourceOptions::from_config(config).seed, 7);
+  EXPECT_TRUE(PromptSourceOptions::fields().read(config).shuffle);
+  EXPECT_EQ(PromptSourceOptions::fields().read(config).seed, 7);
 
   // Refused when the config loads, before anything runs.
   EXPECT_CONTAINS(error_message_of<ConfigError>([&] {

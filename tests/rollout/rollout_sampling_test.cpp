@@ -13,7 +13,8 @@ namespace rollout_sampling_test {
 
 ConfigSchema sampling_schema() {
   ConfigSchema schema;
-  add_rollout_sampling_fields(schema);
+  RolloutSampling::fields().declare(schema);
+  add_eval_sampling_fields(schema);
   return schema;
 }
 
@@ -21,7 +22,7 @@ TEST(RolloutSamplingTest, EvaluationsTakeTheRolloutsValuesUnlessGiven) {
   const Config config = load_config(sampling_schema(), "",
                                     {"--rollout-temperature", "0.7", "--rollout-top-p", "0.9",
                                      "--rollout-top-k", "20", "--rollout-max-response-len", "64"});
-  const RolloutSampling rollout = RolloutSampling::from_config(config);
+  const RolloutSampling rollout = RolloutSampling::fields().read(config);
   const RolloutSampling eval = RolloutSampling::eval_from_config(config);
   EXPECT_DOUBLE_EQ(rollout.temperature, 0.7);
   EXPECT_DOUBLE_EQ(eval.temperature, 0.7);
@@ -35,7 +36,7 @@ TEST(RolloutSamplingTest, GivenEvalFlagsOverrideOnlyTheEvaluations) {
       load_config(sampling_schema(), "",
                   {"--rollout-temperature", "0.7", "--rollout-max-response-len", "64",
                    "--eval-temperature", "0", "--eval-max-response-len", "256"});
-  const RolloutSampling rollout = RolloutSampling::from_config(config);
+  const RolloutSampling rollout = RolloutSampling::fields().read(config);
   const RolloutSampling eval = RolloutSampling::eval_from_config(config);
   EXPECT_DOUBLE_EQ(eval.temperature, 0.0);
   EXPECT_EQ(eval.max_response_len, 256);

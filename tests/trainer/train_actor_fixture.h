@@ -52,9 +52,9 @@ class TrainActorFixture : public ::testing::Test {
   // The options every group here trains with, then `flags` (trainer_options.h's flags).
   static TrainerOptions trainer_options(const std::vector<std::string>& flags = {}) {
     TrainerOptions defaults;
-    defaults.lr = 1e-2;
-    defaults.loss_aggregation = algorithms::LossAggregation::kTokenMean;
-    defaults.loss_type = LossType::kSftLoss;
+    defaults.lr_schedule.lr = 1e-2;
+    defaults.step.loss_aggregation = algorithms::LossAggregation::kTokenMean;
+    defaults.step.loss_type = LossType::kSftLoss;
     ConfigSchema schema;
     add_trainer_fields(schema, defaults);
     return trainer_options_from_config(load_config(schema, "", flags), /*total_iters=*/10);

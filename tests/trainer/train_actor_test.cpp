@@ -181,7 +181,7 @@ TEST_F(TrainActorTest, UnevenSharesRunEmptyMicroBatchesAndMatchOneRank) {
       &TrainActor::train_step, [&](int rank) { return std::make_tuple(rank == 0 ? three : one); }));
   EXPECT_EQ(results[0].micro_batches, 3);
   EXPECT_EQ(results[1].micro_batches, 3);  // one sample, two empty micro-batches
-  const double whole = train(single, sequences, options.packing);
+  const double whole = train(single, sequences, options.step.packing);
   EXPECT_NEAR(results[0].metrics.at("loss"), whole, 1e-6);
   EXPECT_LT(max_difference(score(pair, batch(99)), score(single, batch(99))), 1e-5);
   stop(pair);
@@ -197,8 +197,8 @@ TEST_F(TrainActorTest, DynamicBatchingAtTwoRanksMatchesOneRank) {
   auto single = start_group(1, "dynamic-single", options);
   for (int step = 0; step < 3; ++step) {
     const Sequences sequences = batch(step, /*size=*/8);
-    const double two = train(pair, sequences, options.packing);
-    const double one = train(single, sequences, options.packing);
+    const double two = train(pair, sequences, options.step.packing);
+    const double one = train(single, sequences, options.step.packing);
     EXPECT_NEAR(two, one, 1e-6) << "step " << step;
   }
   const auto pair_weights = weights(pair, "dynamic-pair-model");
@@ -289,8 +289,8 @@ TEST_F(TrainActorTest, PolicyLossStepAtTwoRanksMatchesOneRank) {
   for (at::Tensor& values : old) values = values + 0.3 * torch::randn_like(values);
   const TrainBatch rl = policy_batch(sequences, advantages, old);
 
-  const TrainStepResult two = train(pair, rl, options.packing);
-  const TrainStepResult one = train(single, rl, options.packing);
+  const TrainStepResult two = train(pair, rl, options.step.packing);
+  const TrainStepResult one = train(single, rl, options.step.packing);
   EXPECT_GT(one.metrics.at("pg_clipfrac"), 0.0) << "no token was clipped";
   EXPECT_NE(one.metrics.at("ppo_kl"), 0.0);
   for (const std::string key : {"loss", "pg_loss", "pg_clipfrac", "ppo_kl"}) {
@@ -301,8 +301,8 @@ TEST_F(TrainActorTest, PolicyLossStepAtTwoRanksMatchesOneRank) {
   const auto dealt = actors::get_all(pair.call_each(&TrainActor::train_step, [&](int rank) {
     return std::make_tuple(rank == 0 ? lone : TrainBatch{});
   }));
-  EXPECT_NEAR(dealt[1].metrics.at("loss"), train(single, lone, options.packing).metrics.at("loss"),
-              1e-6);
+  EXPECT_NEAR(dealt[1].metrics.at("loss"),
+              train(single, lone, options.step.packing).metrics.at("loss"), 1e-6);
   EXPECT_LT(max_difference(score(pair, batch(99)), score(single, batch(99))), 1e-5);
   stop(pair);
   stop(single);

@@ -1,0 +1,58 @@
+#include "engine/engine.h"
+
+namespace ooze::engine {
+
+const OptionFields<EngineOptions>& EngineOptions::fields() {
+  using O = EngineOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("engine");
+    f.add("model", &O::model_dir, "Hugging Face model directory (config, weights, tokenizer).")
+        .required();
+    f.add("served_model_name", &O::served_model_name,
+          "Name /v1/models reports; the model path if empty.");
+    f.add_choice("dtype", &O::dtype, {"auto", "float32", "bfloat16"},
+                 "Weights and activations; auto: config.json's torch_dtype.");
+    f.add("device", &O::device, "cpu, cuda or cuda:N.");
+    f.add("max_running_requests", &O::max_running_requests, "Sequences decoding at once.").min(1);
+    f.add("kv_cache_blocks", &O::kv_cache_blocks,
+          "KV-cache blocks; 0: as many as kv_cache_memory_mb holds.")
+        .min(0);
+    f.add("kv_cache_memory_mb", &O::kv_cache_memory_mb,
+          "KV-cache memory when kv_cache_blocks is 0.")
+        .min(1);
+    f.add("block_size", &O::block_size, "Tokens per KV-cache block.").min(1);
+    f.add("chunked_prefill_size", &O::chunked_prefill_size,
+          "Prompt tokens computed per step, at most.")
+        .min(1);
+    f.add_custom(
+        "disable_prefix_caching", FieldType::kBool,
+        [](const O& o) { return nlohmann::json(!o.enable_prefix_caching); },
+        [](const nlohmann::json& value, O& o) { o.enable_prefix_caching = !value.get<bool>(); },
+        "Compute every prompt in full instead of reusing cached prefixes.");
+    f.add("threads", &O::intra_op_threads,
+          "Intra-op CPU threads for the forward; 0: LibTorch's default.")
+        .min(0);
+    f.add("seed", &O::seed, "Seeds requests that give no seed; 0: random.").min(0);
+    return f;
+  }();
+  return fields;
+}
+
+const OptionFields<EngineOptions>& EngineOptions::launched_engine_fields() {
+  using O = EngineOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("engines");
+    f.add("engine_max_running_requests", &O::max_running_requests,
+          "Sequences each engine decodes at once.")
+        .min(1);
+    f.add("engine_kv_cache_memory_mb", &O::kv_cache_memory_mb, "KV-cache memory of each engine.")
+        .min(1);
+    f.add("engine_threads", &O::intra_op_threads, "Intra-op CPU threads of each engine.").min(1);
+    return f;
+  }();
+  return fields;
+}
+
+}  // namespace ooze::engine
