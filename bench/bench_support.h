@@ -1,7 +1,8 @@
 // What the benchmarks share: the JSON result line DESIGN.md fixes,
 //   {"bench": ..., "metric": ..., "value": ..., "unit": ..., "baseline": ..., "ratio": ...}
 // (missing or non-finite numbers written as null: JSON has no NaN), a stopwatch, and a
-// temporary directory removed at exit, and the environment of the processes a benchmark starts.
+// temporary directory removed at exit, and the environment of the processes a benchmark starts,
+// its multi-rank runs among them.
 // For the benchmarks of the `ooze` binary itself: where it is, running it, the CPU demo's model
 // and prompts, and the per-rollout lines of a run's OUT/metrics.jsonl.
 #pragma once
@@ -29,6 +30,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "tests/support/rank_group.h"
 
 namespace ooze::bench {
 
@@ -101,6 +103,37 @@ inline std::vector<std::string> one_thread_environment() {
   return environment;
 }
 
+// How a benchmark runs its ranks (tests/support/rank_group.h): they meet at a store this process
+// serves and write to its stdout and stderr (rank 0 may print result lines); a hung run ends
+// within the hour.
+inline testing::RankProcessOptions rank_process_options() {
+  testing::RankProcessOptions options;
+  options.serve_store = true;
+  options.share_output = true;
+  options.deadline = std::chrono::hours(1);
+  return options;
+}
+
+// Runs `world` rank processes, the command line command_of(rank, port), with
+// rank_process_options(); throws BenchFailure naming `what` when one fails.
+inline void run_bench_ranks(int world, const testing::RankCommand& command_of,
+                            const std::string& what) {
+  const testing::RankGroupResult run =
+      testing::run_rank_processes(world, command_of, rank_process_options());
+  if (!run.all_passed()) {
+    throw BenchFailure(program_name() + ": " + what + " failed (its output is above):\n" +
+                       run.failures());
+  }
+}
+
+// The text of the file at `path`.
+inline std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // <build>/launcher/ooze, the running benchmark being <build>/bench/bench_<name>.
 inline std::string ooze_binary() {
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
@@ -114,10 +147,7 @@ inline std::string ooze_binary() {
 
 // The last `max_chars` characters of the file at `path`.
 inline std::string tail_of(const std::string& path, size_t max_chars) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string all = text.str();
+  const std::string all = text_of(path);
   return all.size() <= max_chars ? all : all.substr(all.size() - max_chars);
 }
 

@@ -10,8 +10,6 @@
 //   bench_comm_bandwidth            # starts the ranks itself
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
 
@@ -109,29 +108,21 @@ int run_rank(int rank, int world, int port) {
   return 0;
 }
 
-// Starts `world` ranks as real processes around a store hosted here; true if all succeeded.
-bool run_group(const char* argv0, int world) {
-  TcpStoreServer store("127.0.0.1", 0);
-  const std::string port = std::to_string(store.port()), w = std::to_string(world);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setenv("OMP_NUM_THREADS", "1", 1);
-      std::string r = std::to_string(rank);
-      ::execl("/proc/self/exe", argv0, "--rank", r.c_str(), w.c_str(), port.c_str(),
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    pids.push_back(pid);
+// Runs `world` ranks, each this program with --rank (bench_support.h: around a store served here).
+bool run_group(int world) {
+  try {
+    ooze::bench::run_bench_ranks(
+        world,
+        [&](int rank, int port) {
+          return std::vector<std::string>{"/proc/self/exe", "--rank", std::to_string(rank),
+                                          std::to_string(world), std::to_string(port)};
+        },
+        "the " + std::to_string(world) + "-rank group");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return false;
   }
-  bool ok = true;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = false;
-  }
-  return ok;
+  return true;
 }
 
 }  // namespace
@@ -140,7 +131,7 @@ int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "--rank") {
     return run_rank(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
   }
-  bool ok = run_group(argv[0], kPairWorld);
-  ok = run_group(argv[0], kFanOutWorld) && ok;
+  bool ok = run_group(kPairWorld);
+  ok = run_group(kFanOutWorld) && ok;
   return ok ? 0 : 1;
 }

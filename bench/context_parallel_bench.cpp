@@ -54,7 +54,6 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "bench/rank_processes.h"
 #include "bench/timed_communicator.h"
 #include "comm/communicator.h"
 #include "comm/gloo_communicator.h"
@@ -228,9 +227,9 @@ void attention_one_sequence(const std::shared_ptr<TimedCommunicator>& group,
 }
 
 // A worker process: rank `rank` of `world_size` (= C) runs `job` ("attention" or "train") on a
-// sequence of `tokens` tokens and writes rank 0's report to `report_fd`.
-int run_worker(int rank, int world_size, int port, int report_fd, const std::string& job,
-               int64_t tokens) {
+// sequence of `tokens` tokens and writes rank 0's report to the file `report_path`.
+int run_worker(int rank, int world_size, int port, const std::string& report_path,
+               const std::string& job, int64_t tokens) {
   at::set_num_threads(1);
   install_cpu_memory_counter();
   auto store =
@@ -250,12 +249,12 @@ int run_worker(int rank, int world_size, int port, int report_fd, const std::str
     train_one_sequence(world_size > 1 ? world : nullptr, world_size, tokens, "train", report);
   }
   if (rank == 0) {
-    std::ostringstream text;
-    text.precision(9);
-    for (const auto& [key, value] : report) text << key << " " << value << "\n";
-    const std::string s = text.str();
-    if (::write(report_fd, s.data(), s.size()) != static_cast<ssize_t>(s.size())) {
-      std::fprintf(stderr, "bench_context_parallel_bench: rank 0 could not write its report\n");
+    std::ofstream out(report_path);
+    out.precision(9);
+    for (const auto& [key, value] : report) out << key << " " << value << "\n";
+    if (!out.flush()) {
+      std::fprintf(stderr, "bench_context_parallel_bench: rank 0 could not write its report %s\n",
+                   report_path.c_str());
       return 1;
     }
   }
@@ -267,15 +266,23 @@ int run_worker(int rank, int world_size, int port, int report_fd, const std::str
 // returns rank 0's report; throws ooze::Error when a worker fails.
 Report run_workers(int world_size, const std::string& job, int64_t tokens) {
   const std::string world = std::to_string(world_size);
-  const std::string text = bench::run_rank_processes(
+  const bench::ScopedTempDir dir("bench-context-parallel");
+  const std::string report_path = dir.path("report");
+  bench::run_bench_ranks(
       world_size,
-      [&](int rank, const std::string& port, const std::string& report_fd) {
-        return std::vector<std::string>{"--worker", job,       std::to_string(rank),  world,
-                                        port,       report_fd, std::to_string(tokens)};
+      [&](int rank, int port) {
+        return std::vector<std::string>{"/proc/self/exe",
+                                        "--worker",
+                                        job,
+                                        std::to_string(rank),
+                                        world,
+                                        std::to_string(port),
+                                        report_path,
+                                        std::to_string(tokens)};
       },
-      "a worker of the C = " + world + " run");
+      "the C = " + world + " run");
   Report report;
-  std::istringstream lines(text);
+  std::istringstream lines(bench::text_of(report_path));
   std::string key;
   double value = 0;
   while (lines >> key >> value) report[key] = value;
@@ -419,8 +426,8 @@ int run_bench(int64_t tokens, int64_t c1_tokens, bool long_training) {
 int main(int argc, char** argv) {
   try {
     if (argc == 8 && std::string(argv[1]) == "--worker") {
-      return run_worker(std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
-                        std::atoi(argv[6]), argv[2], std::atoll(argv[7]));
+      return run_worker(std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), argv[6],
+                        argv[2], std::atoll(argv[7]));
     }
     int64_t tokens = kTokens, c1_tokens = kOneRankTokens;
     bool long_training = true;

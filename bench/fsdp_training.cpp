@@ -28,7 +28,6 @@
 //   bench_fsdp_training            # runs all three; starts the 2 ranks of W = 2 itself
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -36,6 +35,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
@@ -43,7 +43,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/rank_processes.h"
+#include "bench/bench_support.h"
 #include "bench/timed_communicator.h"
 #include "comm/communicator.h"
 #include "comm/gloo_communicator.h"
@@ -208,9 +208,9 @@ StepTimes train_fsdp(fsdp::FsdpTransformer& fsdp, int rank, TimedCommunicator* t
   return times;
 }
 
-// A rank process of the W = 2 run. Rank 0 writes one line per timed step to `report_fd`:
+// A rank process of the W = 2 run. Rank 0 writes one line per timed step to the file `report`:
 // "<slowest rank's step seconds> <own comm seconds> <own compute seconds>", then "loss <value>".
-int run_rank(int rank, int port, int report_fd) {
+int run_rank(int rank, int port, const std::string& report) {
   at::set_num_threads(1);
   auto store =
       std::make_shared<comm::TcpStore>("127.0.0.1", port, rank, false, std::chrono::seconds(60));
@@ -222,16 +222,16 @@ int run_rank(int rank, int port, int report_fd) {
   fsdp::FsdpTransformer fsdp(model, timed);
   StepTimes times = train_fsdp(fsdp, rank, timed.get(), raw.get());
   if (rank == 0) {
-    std::ostringstream report;
-    report.precision(9);
+    std::ofstream out(report);
+    out.precision(9);
     for (size_t i = 0; i < times.step_seconds.size(); ++i) {
-      report << times.step_seconds[i] << " " << times.comm_seconds[i] << " "
-             << times.compute_seconds[i] << "\n";
+      out << times.step_seconds[i] << " " << times.comm_seconds[i] << " "
+          << times.compute_seconds[i] << "\n";
     }
-    report << "loss " << times.last_loss << "\n";
-    const std::string text = report.str();
-    if (::write(report_fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-      std::fprintf(stderr, "bench_fsdp_training: rank 0 could not write its report\n");
+    out << "loss " << times.last_loss << "\n";
+    if (!out.flush()) {
+      std::fprintf(stderr, "bench_fsdp_training: rank 0 could not write its report %s\n",
+                   report.c_str());
       return 1;
     }
   }
@@ -242,16 +242,19 @@ int run_rank(int rank, int port, int report_fd) {
 // Starts the kWorld rank processes (this executable with --rank), waits for them and returns
 // rank 0's figures; throws ooze::Error when a rank fails.
 StepTimes run_world2() {
-  const std::string report = bench::run_rank_processes(
+  const bench::ScopedTempDir dir("bench-fsdp-training");
+  const std::string report = dir.path("report");
+  bench::run_bench_ranks(
       kWorld,
-      [](int rank, const std::string& port, const std::string& report_fd) {
-        return std::vector<std::string>{"--rank", std::to_string(rank), "--port",
-                                        port,     "--report-fd",        report_fd};
+      [&](int rank, int port) {
+        return std::vector<std::string>{
+            "/proc/self/exe", "--rank", std::to_string(rank), "--port", std::to_string(port),
+            "--report",       report};
       },
-      "bench_fsdp_training: a rank of the W = 2 run");
+      "the W = 2 run");
 
   StepTimes times;
-  std::istringstream lines(report);
+  std::istringstream lines(bench::text_of(report));
   std::string word;
   while (lines >> word) {
     if (word == "loss") {
@@ -338,7 +341,7 @@ int run_bench() {
 int main(int argc, char** argv) {
   try {
     if (argc == 7 && std::string(argv[1]) == "--rank") {
-      return run_rank(std::atoi(argv[2]), std::atoi(argv[4]), std::atoi(argv[6]));
+      return run_rank(std::atoi(argv[2]), std::atoi(argv[4]), argv[6]);
     }
     return run_bench();
   } catch (const std::exception& error) {

@@ -45,7 +45,6 @@
 #include <ATen/Parallel.h>
 #include <malloc.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -275,24 +274,20 @@ int run_broadcast_rank(int rank, int port, int64_t bytes) {
 
 // Best seconds of a raw Gloo broadcast of `bytes` from this process (rank 0) to two processes
 // started from this program.
-double raw_broadcast_seconds(const char* argv0, int64_t bytes) {
-  ooze::comm::TcpStoreServer server("127.0.0.1", 0);
-  const std::string port = std::to_string(server.port()), size = std::to_string(bytes);
-  std::vector<pid_t> pids;
-  for (int rank = 1; rank < kBroadcastWorld; ++rank) {
-    const std::string r = std::to_string(rank);  // built before fork: the child only execs
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::execl("/proc/self/exe", argv0, "--broadcast-rank", r.c_str(), port.c_str(), size.c_str(),
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    pids.push_back(pid);
-  }
+double raw_broadcast_seconds(int64_t bytes) {
+  ooze::testing::RankProcessOptions options = ooze::bench::rank_process_options();
+  options.absent_ranks = {0};  // this process
+  ooze::testing::RankProcesses receivers(
+      kBroadcastWorld,
+      [&](int rank, int port) {
+        return std::vector<std::string>{"/proc/self/exe", "--broadcast-rank", std::to_string(rank),
+                                        std::to_string(port), std::to_string(bytes)};
+      },
+      options);
   double seconds = 0;
   std::string failure;
   try {
-    auto store = std::make_shared<ooze::comm::TcpStore>("127.0.0.1", server.port(), 0, false,
+    auto store = std::make_shared<ooze::comm::TcpStore>("127.0.0.1", receivers.port(), 0, false,
                                                         std::chrono::seconds(60));
     auto comm = ooze::comm::make_gloo_communicator(store, 0, kBroadcastWorld, "bench-broadcast",
                                                    std::chrono::seconds(120));
@@ -301,11 +296,8 @@ double raw_broadcast_seconds(const char* argv0, int64_t bytes) {
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failure += " (a receiver failed)";
-  }
+  const ooze::testing::RankGroupResult run = receivers.wait();
+  if (!run.all_passed()) failure += " (a receiver failed: " + run.failures() + ")";
   if (!failure.empty()) throw BenchFailure("raw broadcast baseline: " + failure);
   return seconds;
 }
@@ -456,7 +448,7 @@ std::vector<std::string> own_segments_left() {
   return left;
 }
 
-void bench_syncs(const char* argv0) {
+void bench_syncs() {
   ooze::bench::ScopedTempDir temp("ooze-weight-sync-bench");
   const std::string model_dir = temp.path("model");
   auto start = Clock::now();
@@ -484,7 +476,7 @@ void bench_syncs(const char* argv0) {
   // The baselines run before the engines start and again once they are gone; the best of both
   // counts, so that a burst of other work on the machine does not skew every ratio.
   double memcpy_s = memcpy_seconds(bytes);
-  double broadcast_s = raw_broadcast_seconds(argv0, bytes);
+  double broadcast_s = raw_broadcast_seconds(bytes);
 
   ooze::actors::RuntimeOptions runtime;
   runtime.resources = {{"CPU", 4}};
@@ -532,7 +524,7 @@ void bench_syncs(const char* argv0) {
 
   memcpy_s = std::min(memcpy_s, memcpy_seconds(bytes));
   const double memcpy_fp32_s = memcpy_seconds(2 * bytes);
-  broadcast_s = std::min(broadcast_s, raw_broadcast_seconds(argv0, bytes));
+  broadcast_s = std::min(broadcast_s, raw_broadcast_seconds(bytes));
   const double memcpy_gbps = gb / memcpy_s, broadcast_gbps = gb / broadcast_s;
 
   std::string bench = "weight_sync_colocated";
@@ -590,7 +582,7 @@ int main(int argc, char** argv) {
   at::set_num_threads(1);
   try {
     bench_bucket_packing();
-    bench_syncs(argv[0]);
+    bench_syncs();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "weight_sync_bench: %s\n", e.what());
     if (ooze::actors::is_initialized()) ooze::actors::shutdown();

@@ -1,41 +1,27 @@
-// Multi-process tests of the Gloo backend: real processes (tests/comm/comm_worker.cpp, or forked
-// from this test for the large broadcasts) on loopback, 2 to 4 ranks, checked against values the
-// ranks compute independently.
+// Multi-process tests of the Gloo backend: real processes on loopback, 2 to 4 ranks (each a
+// tests/comm/comm_worker.cpp, or forked from this test for the large broadcasts; both through
+// tests/support/rank_group.h), checked against values the ranks compute independently.
 #include "comm/gloo_communicator.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <fstream>
 #include <functional>
-#include <iostream>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/comm_error.h"
-#include "comm/tcp_store.h"
-#include "tests/support/process.h"
+#include "tests/support/rank_group.h"
 
 namespace ooze {
 namespace gloo_communicator_test {
 
 using std::chrono::milliseconds;
-using testing::ExitStatus;
-using testing::Process;
-
-struct RankResult {
-  ExitStatus status;
-  std::string output;
-};
+using testing::RankOutcome;
 
 // The first number N in "<marker> N ms" within `text`, or -1.
 long long ms_after(const std::string& text, const std::string& marker) {
@@ -44,39 +30,31 @@ long long ms_after(const std::string& text, const std::string& marker) {
   return std::stoll(match[1].str());
 }
 
-// Starts ranks [0, world) except those in `absent`, waits for each up to `limit`.
-std::vector<RankResult> run_group(const std::string& scenario, int world, milliseconds timeout,
-                                  milliseconds limit, std::vector<int> absent = {}) {
-  const std::string dir = testing::make_temp_dir("comm-" + scenario);
-  const std::string port = std::to_string(testing::pick_free_port());
-  std::vector<Process> procs;
-  std::vector<int> ranks;
-  const auto start = std::chrono::steady_clock::now();
-  for (int r = 0; r < world; ++r) {
-    if (std::find(absent.begin(), absent.end(), r) != absent.end()) continue;
-    procs.emplace_back(std::vector<std::string>{testing::build_path("tests/comm/comm_worker"),
-                                                scenario, std::to_string(r), std::to_string(world),
-                                                port, std::to_string(timeout.count())},
-                       std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}},
-                       dir + "/rank" + std::to_string(r) + ".log");
-    ranks.push_back(r);
-  }
-  std::vector<RankResult> results(static_cast<size_t>(world));
-  for (size_t i = 0; i < procs.size(); ++i) {
-    RankResult& result = results[static_cast<size_t>(ranks[i])];
-    auto left =
-        limit - std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
-    result.status = procs[i].wait(std::max(left, milliseconds(1)));
-    result.output = procs[i].output();
-  }
-  return results;
+// Runs `scenario` of comm_worker on ranks [0, world) except those in `absent`, the whole group
+// within `limit`; returns how each rank ended.
+std::vector<RankOutcome> run_group(const std::string& scenario, int world, milliseconds timeout,
+                                   milliseconds limit, std::vector<int> absent = {}) {
+  testing::RankProcessOptions options;
+  options.deadline = limit;
+  options.absent_ranks = std::move(absent);
+  return testing::run_rank_processes(
+             world,
+             [&](int rank, int port) {
+               return std::vector<std::string>{testing::build_path("tests/comm/comm_worker"),
+                                               scenario,
+                                               std::to_string(rank),
+                                               std::to_string(world),
+                                               std::to_string(port),
+                                               std::to_string(timeout.count())};
+             },
+             options)
+      .ranks;
 }
 
-void expect_all_passed(const std::vector<RankResult>& results) {
+void expect_all_passed(const std::vector<RankOutcome>& results) {
   for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_TRUE(results[r].status.exited && results[r].status.code == 0)
-        << "rank " << r << ": " << results[r].status.describe() << "\n"
-        << results[r].output;
+    EXPECT_TRUE(results[r].passed()) << "rank " << r << ": " << results[r].describe() << "\n"
+                                     << results[r].log;
   }
 }
 
@@ -108,18 +86,18 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GlooGroup, ::testing::Values(2, 4),
 // Survivors must fail (exit code 3 = CommError) with a message naming the group, the operation
 // and the culprit. `marker` finds the time the worker reports: "failed after N ms" (measured
 // from the start of the operation) or "COMM ERROR after N ms" (from the start of the process).
-void expect_failed_naming(const RankResult& result, int rank, const std::string& needle,
+void expect_failed_naming(const RankOutcome& result, int rank, const std::string& needle,
                           const std::string& marker, milliseconds bound) {
   EXPECT_TRUE(result.status.exited && result.status.code == 3)
       << "rank " << rank << ": " << result.status.describe() << "\n"
-      << result.output;
-  long long took = ms_after(result.output, marker);
-  EXPECT_GE(took, 0) << "rank " << rank << " reported no time:\n" << result.output;
-  EXPECT_LE(took, bound.count()) << "rank " << rank << " took too long:\n" << result.output;
-  EXPECT_NE(result.output.find("group 'world'"), std::string::npos) << result.output;
-  EXPECT_NE(result.output.find(needle), std::string::npos)
+      << result.log;
+  long long took = ms_after(result.log, marker);
+  EXPECT_GE(took, 0) << "rank " << rank << " reported no time:\n" << result.log;
+  EXPECT_LE(took, bound.count()) << "rank " << rank << " took too long:\n" << result.log;
+  EXPECT_NE(result.log.find("group 'world'"), std::string::npos) << result.log;
+  EXPECT_NE(result.log.find(needle), std::string::npos)
       << "rank " << rank << " should mention '" << needle << "':\n"
-      << result.output;
+      << result.log;
 }
 
 TEST(GlooFailures, PeerKilledMidCollectiveIsNamedBySurvivors) {
@@ -129,7 +107,7 @@ TEST(GlooFailures, PeerKilledMidCollectiveIsNamedBySurvivors) {
   for (int r = 0; r < 3; ++r) {
     expect_failed_naming(results[static_cast<size_t>(r)], r, "all_reduce(avg)", "failed after",
                          timeout);
-    const std::string& out = results[static_cast<size_t>(r)].output;
+    const std::string& out = results[static_cast<size_t>(r)].log;
     EXPECT_TRUE(out.find("Rank(s) 3 exited") != std::string::npos ||
                 out.find("Rank(s) 2, 3 exited") != std::string::npos)
         << "rank " << r << " does not name rank 3 as exited:\n"
@@ -154,7 +132,7 @@ TEST(GlooFailures, PeerThatStopsTakingPartTimesOutNamingIt) {
   for (int r = 0; r < 3; ++r) {
     expect_failed_naming(results[static_cast<size_t>(r)], r, "Rank(s) 3 are alive but",
                          "failed after", timeout);
-    EXPECT_NE(results[static_cast<size_t>(r)].output.find("Timed out"), std::string::npos);
+    EXPECT_NE(results[static_cast<size_t>(r)].log.find("Timed out"), std::string::npos);
   }
 }
 
@@ -170,75 +148,20 @@ TEST(GlooFailures, PeerThatNeverArrivesIsNamedAtRendezvous) {
 
 // --- large broadcasts: ranks forked from this test, each running a function of this file ---
 
-using Clock = std::chrono::steady_clock;
+using Check = std::function<void(bool, const std::string&)>;
 
-// The body of one rank; `check` reports a failed expectation (the rank then exits 1).
-using RankBody =
-    std::function<void(comm::Communicator&, const std::function<void(bool, const std::string&)>&)>;
-
-// One rank in a forked child: forms group 'world' through a store hosted by rank 0, runs `body`,
-// and exits like comm_worker: 0 passed, 1 a check failed, 3 a CommError ("COMM ERROR after N ms:
-// ..." on stderr, timed from the start of the process).
-[[noreturn]] void run_forked_rank(int rank, int world, int port, milliseconds timeout,
-                                  const std::string& log, const RankBody& body) {
-  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ::dup2(fd, STDOUT_FILENO);
-  ::dup2(fd, STDERR_FILENO);
-  ::close(fd);
-  at::set_num_threads(1);
-  const auto start = Clock::now();
-  int failures = 0;
-  auto check = [&](bool ok, const std::string& what) {
-    if (ok) return;
-    std::cerr << "CHECK FAILED: " << what << std::endl;
-    ++failures;
-  };
-  // Outlive the error report below, which may still use the store.
-  std::shared_ptr<comm::TcpStore> store;
-  std::shared_ptr<comm::Communicator> group;
-  try {
-    store = std::make_shared<comm::TcpStore>("127.0.0.1", port, rank, rank == 0, timeout);
-    group = comm::make_gloo_communicator(store, rank, world, "world", timeout);
-    body(*group, check);
-    group->barrier();  // rank 0 hosts the store: keep it up until everyone is done
-  } catch (const comm::CommError& e) {
-    auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
-    std::cerr << "COMM ERROR after " << ms << " ms: " << e.what() << std::endl;
-    // The store host lingers so the other survivors can still diagnose through it.
-    if (rank == 0) std::this_thread::sleep_for(std::chrono::seconds(1));
-    std::_Exit(3);  // do not wait for threads stuck on a dead group
-  } catch (const std::exception& e) {
-    std::cerr << "UNEXPECTED ERROR: " << e.what() << std::endl;
-    std::_Exit(2);
-  }
-  std::cout << "rank " << rank << (failures ? " failed" : " passed") << std::endl;
-  std::_Exit(failures ? 1 : 0);
-}
-
-// Runs `body` on `world` ranks, each a child forked from this (single-threaded) test process.
-std::vector<RankResult> run_forked_group(const std::string& scenario, int world,
-                                         milliseconds timeout, milliseconds limit,
-                                         const RankBody& body) {
-  const std::string dir = testing::make_temp_dir("comm-" + scenario);
-  const int port = testing::pick_free_port();
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    pid_t pid = ::fork();
-    if (pid == 0) run_forked_rank(r, world, port, timeout, dir + "/rank" + std::to_string(r), body);
-    pids.push_back(pid);
-  }
-  const auto deadline = Clock::now() + limit;
-  std::vector<RankResult> results(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    RankResult& result = results[static_cast<size_t>(r)];
-    result.status = testing::wait_for_exit(pids[static_cast<size_t>(r)], deadline);
-    std::ifstream in(dir + "/rank" + std::to_string(r));
-    std::stringstream text;
-    text << in.rdbuf();
-    result.output = text.str();
-  }
-  return results;
+// Runs `body` on `world` ranks forked from this test (tests/support/rank_group.h), which exit
+// like comm_worker: 0 passed, 1 a check failed, 3 a CommError ("COMM ERROR after N ms: ...").
+std::vector<RankOutcome> run_forked_group(
+    int world, milliseconds timeout, milliseconds limit,
+    const std::function<void(comm::Communicator&, const Check&)>& body) {
+  testing::ForkedRanksOptions options;
+  options.collective_timeout = timeout;
+  options.deadline = limit;
+  return testing::run_forked_ranks(
+             world, [&](const testing::RankContext& rank) { body(*rank.group, rank.check); },
+             options)
+      .ranks;
 }
 
 // Bytes no shift or swap of chunks could reproduce: a hash of the offset, different per root.
@@ -270,8 +193,8 @@ class GlooLargeBroadcast : public ::testing::TestWithParam<int> {};
 TEST_P(GlooLargeBroadcast, EveryRankGetsTheRootsBytes) {
   const int world = GetParam();
   auto results = run_forked_group(
-      "large_broadcast", world, milliseconds(30000), milliseconds(120000),
-      [](comm::Communicator& group, const std::function<void(bool, const std::string&)>& check) {
+      world, milliseconds(30000), milliseconds(120000),
+      [](comm::Communicator& group, const Check& check) {
         const int W = group.size(), R = group.rank();
         auto bytes_of = [](const at::Tensor& t) {
           return at::from_blob(t.data_ptr(), {static_cast<int64_t>(t.nbytes())}, at::kByte);
@@ -325,25 +248,24 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GlooLargeBroadcast, ::testing::Values(2, 3, 4),
 // its predecessor and the root both fail within the timeout, naming it.
 TEST(GlooFailures, ReceiverKilledMidBroadcastIsNamedByTheRoot) {
   const milliseconds timeout(3000);
-  auto results = run_forked_group(
-      "broadcast_kill", 3, timeout, milliseconds(30000),
-      [](comm::Communicator& group, const std::function<void(bool, const std::string&)>&) {
-        at::Tensor big = at::ones({16 << 20}, at::kByte);
-        if (group.rank() == 2) {
-          std::thread([] {
-            std::this_thread::sleep_for(milliseconds(300));
-            ::raise(SIGKILL);
-          }).detach();
-        }
-        for (int i = 0; i < 100000; ++i) group.broadcast(big, 0);
-      });
+  auto results = run_forked_group(3, timeout, milliseconds(30000),
+                                  [](comm::Communicator& group, const Check&) {
+                                    at::Tensor big = at::ones({16 << 20}, at::kByte);
+                                    if (group.rank() == 2) {
+                                      std::thread([] {
+                                        std::this_thread::sleep_for(milliseconds(300));
+                                        ::raise(SIGKILL);
+                                      }).detach();
+                                    }
+                                    for (int i = 0; i < 100000; ++i) group.broadcast(big, 0);
+                                  });
   EXPECT_EQ(results[2].status.signal, SIGKILL) << results[2].status.describe();
   for (int r = 0; r < 2; ++r) {
-    const RankResult& result = results[static_cast<size_t>(r)];
+    const RankOutcome& result = results[static_cast<size_t>(r)];
     expect_failed_naming(result, r, "broadcast(root 0)", "failed after", timeout);
-    EXPECT_TRUE(std::regex_search(result.output, std::regex("Rank\\(s\\) ([0-9]+, )*2 exited")))
+    EXPECT_TRUE(std::regex_search(result.log, std::regex("Rank\\(s\\) ([0-9]+, )*2 exited")))
         << "rank " << r << " does not name rank 2 as exited:\n"
-        << result.output;
+        << result.log;
   }
 }
 
@@ -353,8 +275,8 @@ class GlooReduceScatterShape : public ::testing::TestWithParam<int> {};
 
 TEST_P(GlooReduceScatterShape, ATwoDimensionalOutputGetsItsRanksReducedShare) {
   auto results = run_forked_group(
-      "reduce_scatter_shape", GetParam(), milliseconds(30000), milliseconds(60000),
-      [](comm::Communicator& group, const std::function<void(bool, const std::string&)>& check) {
+      GetParam(), milliseconds(30000), milliseconds(60000),
+      [](comm::Communicator& group, const Check& check) {
         const int W = group.size(), R = group.rank();
         // Rank q contributes q + i at flat index i; rank r's share is indices [6r, 6r + 6).
         at::Tensor input = at::arange(6 * W, at::kFloat) + R;

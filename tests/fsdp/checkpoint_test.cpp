@@ -237,12 +237,12 @@ TEST(FsdpCheckpoint, InterruptedSaveLeavesThePreviousCheckpointLatest) {
   const std::string dir = ooze::testing::make_temp_dir("fsdp-ckpt-crash");
   const std::string ckpt = dir + "/ckpt";
   // Saves iteration 3; then rank 1 dies while rank 0 writes its files of iteration 4.
-  const WorkerRun run = launch_workers(2, {"name=crash,mode=ckpt_crash,dir=" + ckpt}, dir);
-  const auto& statuses = run.statuses;
-  const auto& outputs = run.outputs;
-  ASSERT_EQ(statuses.size(), 2u);
-  EXPECT_TRUE(statuses[0].exited && statuses[0].code == 0) << statuses[0].describe() << outputs[0];
-  EXPECT_TRUE(statuses[1].exited && statuses[1].code == 3) << statuses[1].describe() << outputs[1];
+  const auto ranks = launch_workers(2, {"name=crash,mode=ckpt_crash,dir=" + ckpt}, dir).ranks;
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_TRUE(ranks[0].status.exited && ranks[0].status.code == 0)
+      << ranks[0].describe() << ranks[0].log;
+  EXPECT_TRUE(ranks[1].status.exited && ranks[1].status.code == 3)
+      << ranks[1].describe() << ranks[1].log;
 
   EXPECT_EQ(read_file(ckpt + "/latest_checkpointed_iteration.txt"), "3\n");
   EXPECT_TRUE(fs::exists(ckpt + "/iter_0000003/metadata.json"));

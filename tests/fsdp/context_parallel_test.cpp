@@ -35,7 +35,7 @@
 #include "fsdp/packing.h"
 #include "fsdp/sharded_adamw.h"
 #include "tests/support/expect_error.h"
-#include "tests/support/forked_ranks.h"
+#include "tests/support/rank_group.h"
 #include "tests/support/training_fixture.h"
 #include "trainer/train_step.h"
 
@@ -385,14 +385,14 @@ void run_memory_scenario(const Scenario& scenario, const std::shared_ptr<comm::C
               static_cast<long long>(kMemoryTokens));
 }
 
-// Forks the scenario's ranks (tests/support/forked_ranks.h) and runs it on each; returns the
-// directory the ranks wrote to.
+// Forks the scenario's ranks (tests/support/rank_group.h) and runs it on each; prints what rank 0
+// reported and returns the directory the ranks wrote to.
 std::string run_group(const Scenario& scenario) {
   testing::ForkedRanksOptions options;
   options.collective_timeout = milliseconds(120000);
   options.deadline = std::chrono::seconds(280);
-  return testing::run_forked_ranks(
-      scenario.name, scenario.world,
+  const testing::RankGroupResult run = testing::run_forked_ranks(
+      scenario.world,
       [&](const testing::RankContext& rank) {
         if (scenario.bf16) {
           run_bf16_scenario(scenario, rank.group, rank.check);
@@ -403,6 +403,9 @@ std::string run_group(const Scenario& scenario) {
         }
       },
       options);
+  EXPECT_TRUE(run.all_passed()) << scenario.name << ":\n" << run.failures();
+  std::cout << run.ranks.at(0).log;
+  return run.dir;
 }
 
 TEST(ContextParallelTraining, TwoRanksRingMatchPlainTraining) {

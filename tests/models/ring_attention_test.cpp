@@ -18,7 +18,7 @@
 #include "models/causal_attention.h"
 #include "models/context_parallel_split.h"
 #include "tests/support/expect_error.h"
-#include "tests/support/forked_ranks.h"
+#include "tests/support/rank_group.h"
 
 namespace ooze::models {
 namespace ring_attention_test {
@@ -28,10 +28,13 @@ using RankBody = std::function<void(std::shared_ptr<comm::Communicator>, const C
 
 constexpr double kTolerance = 1e-6;
 
-// Forks `world` ranks (tests/support/forked_ranks.h) and runs `body` on each.
+// Forks `world` ranks (tests/support/rank_group.h) and runs `body` on each; prints what rank 0
+// reported.
 void run_group(const std::string& scenario, int world, const RankBody& body) {
-  testing::run_forked_ranks(
-      scenario, world, [&](const testing::RankContext& rank) { body(rank.group, rank.check); });
+  const testing::RankGroupResult run = testing::run_forked_ranks(
+      world, [&](const testing::RankContext& rank) { body(rank.group, rank.check); });
+  EXPECT_TRUE(run.all_passed()) << scenario << ":\n" << run.failures();
+  std::cout << run.ranks.at(0).log;
 }
 
 struct Case {

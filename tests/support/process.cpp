@@ -42,17 +42,22 @@ Process::Process(const std::vector<std::string>& argv,
   for (const auto& e : env_strings) env_ptrs.push_back(const_cast<char*>(e.c_str()));
   env_ptrs.push_back(nullptr);
 
-  int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot open " + log_path);
+  int fd = -1;
+  if (!log_path.empty()) {
+    fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw std::runtime_error("cannot open " + log_path);
+  }
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
     ::execve(argv_ptrs[0], argv_ptrs.data(), env_ptrs.data());
     ::_exit(127);
   }
-  ::close(fd);
+  if (fd >= 0) ::close(fd);
 }
 
 Process::Process(Process&& other) noexcept
@@ -102,6 +107,7 @@ ExitStatus wait_for_exit(pid_t pid, std::chrono::steady_clock::time_point deadli
 }
 
 std::string Process::output() const {
+  if (log_path_.empty()) return "";
   std::ifstream in(log_path_);
   std::stringstream ss;
   ss << in.rdbuf();

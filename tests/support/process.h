@@ -21,7 +21,8 @@ struct ExitStatus {
 
 class Process {
  public:
-  // Starts `argv` with the current environment plus `env`; stdout and stderr go to `log_path`.
+  // Starts `argv` with the current environment plus `env`; stdout and stderr go to `log_path`
+  // (empty: they stay this process's).
   Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
           const std::string& log_path);
   ~Process();  // kills the child if it still runs
@@ -33,7 +34,7 @@ class Process {
   void kill(int signal);
   // Waits until the child exits or `timeout` passes (then kills it with SIGKILL).
   ExitStatus wait(std::chrono::milliseconds timeout);
-  std::string output() const;  // what it wrote so far
+  std::string output() const;  // what it wrote to its log so far
 
  private:
   pid_t pid_ = -1;
