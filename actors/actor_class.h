@@ -13,6 +13,9 @@
 //       .method("add", &Counter::add)
 //       .method("get", &Counter::get);
 //
+// A method T inherits from a base class registers and is called like its own (&T::method or
+// &Base::method name the same one).
+//
 // The driver and the worker processes run the same program, so both see the same registry: the
 // driver looks methods up by member pointer (handle.call(&Counter::add, 1)) and sends the name;
 // the worker looks the name up and runs it. Arguments, results and constructor arguments are
@@ -115,13 +118,17 @@ class ActorClass {
     return *this;
   }
 
-  template <class R, class... Params>
-  ActorClass& method(const std::string& name, R (T::*pointer)(Params...)) {
-    return add_method<R, Params...>(name, pointer);
+  // `pointer` may be a method T inherits: &T::method then has the base class's type, and is
+  // kept as a method of T so that either spelling finds it (registered_method_name).
+  template <class C, class R, class... Params>
+  ActorClass& method(const std::string& name, R (C::*pointer)(Params...)) {
+    static_assert(std::is_base_of_v<C, T>, "the method is not one of the actor class");
+    return add_method<R, Params...>(name, static_cast<R (T::*)(Params...)>(pointer));
   }
-  template <class R, class... Params>
-  ActorClass& method(const std::string& name, R (T::*pointer)(Params...) const) {
-    return add_method<R, Params...>(name, pointer);
+  template <class C, class R, class... Params>
+  ActorClass& method(const std::string& name, R (C::*pointer)(Params...) const) {
+    static_assert(std::is_base_of_v<C, T>, "the method is not one of the actor class");
+    return add_method<R, Params...>(name, static_cast<R (T::*)(Params...) const>(pointer));
   }
 
  private:
@@ -151,10 +158,11 @@ class ActorClass {
   ClassEntry* entry_;
 };
 
-// The registered name of `pointer`, a method of T ("Counter.add"); throws ooze::ConfigError
-// when T or the method was not registered.
+namespace detail {
+// Pointers to virtual methods compare by vtable slot under the Itanium C++ ABI (GCC, Clang), so
+// an overridden method is found whichever class of the hierarchy spells it.
 template <class T, class Pointer>
-const std::string& registered_method_name(Pointer pointer) {
+const std::string& find_method_name(Pointer pointer) {
   const ClassEntry& entry = ActorRegistry::instance().by_type(typeid(T));
   for (const MethodEntry& method : entry.methods) {
     const Pointer* candidate = std::any_cast<Pointer>(&method.pointer);
@@ -163,6 +171,20 @@ const std::string& registered_method_name(Pointer pointer) {
   throw ConfigError("a method of actor class " + entry.name +
                     " was called that is not registered: add .method(\"name\", &" + entry.name +
                     "::name) to its ActorClass");
+}
+}  // namespace detail
+
+// The registered name of `pointer`, a method of T or one T inherits ("Counter.add"); throws
+// ooze::ConfigError when T or the method was not registered.
+template <class T, class C, class R, class... Params>
+const std::string& registered_method_name(R (C::*pointer)(Params...)) {
+  static_assert(std::is_base_of_v<C, T>, "the method is not one of the actor class");
+  return detail::find_method_name<T>(static_cast<R (T::*)(Params...)>(pointer));
+}
+template <class T, class C, class R, class... Params>
+const std::string& registered_method_name(R (C::*pointer)(Params...) const) {
+  static_assert(std::is_base_of_v<C, T>, "the method is not one of the actor class");
+  return detail::find_method_name<T>(static_cast<R (T::*)(Params...) const>(pointer));
 }
 
 }  // namespace ooze::actors

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "actors/actor_class.h"
@@ -100,14 +101,15 @@ class ActorHandle {
   ActorHandle() = default;
   explicit ActorHandle(ActorInfo info) : info_(std::move(info)) {}
 
-  // Calls `method` with `args` (converted to its parameter types); returns at once.
-  template <class R, class... Params, class... Args>
-  Future<R> call(R (T::*method)(Params...), Args&&... args) const {
-    return call_impl<R, Params...>(method, std::forward<Args>(args)...);
+  // Calls `method`, T's own or one T inherits, with `args` (converted to its parameter types);
+  // returns at once. A reference result comes back as a value.
+  template <class C, class R, class... Params, class... Args>
+  Future<std::decay_t<R>> call(R (C::*method)(Params...), Args&&... args) const {
+    return call_impl<std::decay_t<R>, Params...>(method, std::forward<Args>(args)...);
   }
-  template <class R, class... Params, class... Args>
-  Future<R> call(R (T::*method)(Params...) const, Args&&... args) const {
-    return call_impl<R, Params...>(method, std::forward<Args>(args)...);
+  template <class C, class R, class... Params, class... Args>
+  Future<std::decay_t<R>> call(R (C::*method)(Params...) const, Args&&... args) const {
+    return call_impl<std::decay_t<R>, Params...>(method, std::forward<Args>(args)...);
   }
 
   const std::string& id() const { return info_.actor_id; }

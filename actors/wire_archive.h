@@ -1,6 +1,6 @@
 // The cereal archives of the wire format (with cereal's support for strings, vectors, maps,
-// pairs and tuples included): binary, little-endian as the machine is (every node
-// of a cluster is x86-64 or aarch64), and bounded when reading.
+// pairs, tuples and std::chrono durations included): binary, little-endian as the machine is
+// (every node of a cluster is x86-64 or aarch64), and bounded when reading.
 //
 // Large byte ranges (tensor data, see core/out_of_band.h) go beside the stream when the archive
 // is given a list of blobs: each becomes one message part, handed to ZeroMQ without a copy on
@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cereal/cereal.hpp>
+#include <cereal/types/chrono.hpp>
 #include <cereal/types/map.hpp>
 #include <cereal/types/string.hpp>
 #include <cereal/types/tuple.hpp>

@@ -376,11 +376,8 @@ void checked_sync(ooze::fsdp::FsdpTransformer& trainer, const std::vector<Engine
   request.sampling.max_new_tokens = 1;
   request.sampling.ignore_eos = true;
   for (size_t i = 0; i < engines.size(); ++i) {
-    const auto outputs =
-        engines[i]
-            .call(&RolloutEngine::generate, std::vector<ooze::engine::GenerateRequest>{request})
-            .get();
-    const ooze::engine::GenerateOutput& out = outputs.at(0).at(0);
+    const auto outputs = engines[i].call(&RolloutEngine::generate, request).get();
+    const ooze::engine::GenerateOutput& out = outputs.at(0);
     if (out.output_ids.size() != 1 || out.weight_version != version) {
       throw BenchFailure("engine " + std::to_string(i) + " generated " +
                          std::to_string(out.output_ids.size()) + " tokens under weight version " +

@@ -66,14 +66,13 @@ std::string reason_of(const engine::InvalidRequest& error) {
 }  // namespace
 
 RolloutEngine::RolloutEngine(engine::EngineOptions options)
-    : engine_(std::make_unique<engine::Engine>(with_resolved_device(std::move(options)))),
-      receiver_(std::make_unique<weight_sync::WeightReceiver>(*engine_)) {
+    : engine::Engine(with_resolved_device(std::move(options))), receiver_(*this) {
   weight_sync::cleanup_stale_segments();  // left by trainers that died mid-sync
 }
 
 RolloutEngine::~RolloutEngine() { stop_server(); }
 
-std::vector<std::vector<engine::GenerateOutput>> RolloutEngine::generate(
+std::vector<std::vector<engine::GenerateOutput>> RolloutEngine::generate_all(
     std::vector<engine::GenerateRequest> requests) {
   const size_t count = requests.size();
   auto collected = std::make_shared<Collected>(count);
@@ -104,11 +103,11 @@ std::vector<std::vector<engine::GenerateOutput>> RolloutEngine::generate(
         std::lock_guard<std::mutex> lock(collected->mutex);
         collected->remaining -= n;
       }
-      for (const std::string& id : submitted) engine_->abort(id);
+      for (const std::string& id : submitted) abort(id);
       collected->wait_until_finished();
     };
     try {
-      submitted.push_back(engine_->submit(std::move(request), std::move(on_update)));
+      submitted.push_back(submit(std::move(request), std::move(on_update)));
     } catch (const engine::InvalidRequest& error) {
       withdraw();
       throw engine::InvalidRequest(error.field(), "request " + std::to_string(r) + " of " +
@@ -124,47 +123,19 @@ std::vector<std::vector<engine::GenerateOutput>> RolloutEngine::generate(
   return std::move(collected->outputs);
 }
 
-void RolloutEngine::abort(const std::string& request_id) { engine_->abort(request_id); }
-void RolloutEngine::abort_all() { engine_->abort_all(); }
-void RolloutEngine::pause_generation(bool abort_in_flight) {
-  engine_->pause_generation(abort_in_flight);
-}
-void RolloutEngine::continue_generation() { engine_->continue_generation(); }
-void RolloutEngine::flush_cache() { engine_->flush_cache(); }
-void RolloutEngine::release_memory() { engine_->release_memory(); }
-void RolloutEngine::resume_memory() { engine_->resume_memory(); }
-
-void RolloutEngine::load_weights(std::vector<std::pair<std::string, at::Tensor>> named_tensors,
-                                 std::optional<int64_t> version) {
-  engine_->load_weights(named_tensors, version);
-}
-
-engine::EngineStats RolloutEngine::stats() const { return engine_->stats(); }
-engine::EngineInfo RolloutEngine::info() const { return engine_->info(); }
-
-void RolloutEngine::begin_weight_sync(int64_t version, bool abort_in_flight, int64_t timeout_ms) {
-  engine_->begin_weight_sync(version, abort_in_flight, std::chrono::milliseconds(timeout_ms));
-}
 void RolloutEngine::open_shared_weight_buffers(const weight_sync::SharedWeightBuffers& buffers) {
-  receiver_->open_shared_buffers(buffers);
+  receiver_.open_shared_buffers(buffers);
 }
 void RolloutEngine::load_shared_weight_bucket(int slot,
                                               const weight_sync::BucketManifest& manifest) {
-  receiver_->load_shared_bucket(slot, manifest);
+  receiver_.load_shared_bucket(slot, manifest);
 }
 void RolloutEngine::join_weight_sync_group(const weight_sync::BroadcastGroupSpec& spec) {
-  receiver_->join_broadcast_group(spec);
+  receiver_.join_broadcast_group(spec);
 }
 int64_t RolloutEngine::receive_weight_buckets(
     const std::vector<weight_sync::BucketManifest>& manifests) {
-  return receiver_->receive_broadcast(manifests);
-}
-void RolloutEngine::finish_weight_sync(int64_t version) { engine_->finish_weight_sync(version); }
-void RolloutEngine::abort_weight_sync(const std::string& reason) {
-  engine_->abort_weight_sync(reason);
-}
-std::vector<std::pair<std::string, uint32_t>> RolloutEngine::weight_checksums() {
-  return engine_->weight_checksums();
+  return receiver_.receive_broadcast(manifests);
 }
 
 std::string RolloutEngine::start_server(const std::string& host, int port,
@@ -183,7 +154,7 @@ std::string RolloutEngine::start_server(const std::string& host, int port,
   options.host = host.empty() ? actors::node_address() : host;
   options.port = static_cast<uint16_t>(port);
   options.api_key = api_key;
-  server_ = std::make_unique<EngineServer>(*engine_, options);
+  server_ = std::make_unique<EngineServer>(*this, options);
   return server_->url();
 }
 
@@ -198,6 +169,8 @@ void RolloutEngine::stop_server() {
 }
 
 namespace {
+// The Engine's methods spelled through RolloutEngine: C++ types them as engine::Engine's, and a
+// handle finds them spelled either way.
 const auto rollout_engine_class =
     actors::ActorClass<RolloutEngine>("RolloutEngine")
         .constructor<engine::EngineOptions>()
@@ -213,13 +186,16 @@ const auto rollout_engine_class =
         .method("stats", &RolloutEngine::stats)
         .method("info", &RolloutEngine::info)
         .method("begin_weight_sync", &RolloutEngine::begin_weight_sync)
+        .method("load_weight_bucket", &RolloutEngine::load_weight_bucket)
+        .method("finish_weight_sync", &RolloutEngine::finish_weight_sync)
+        .method("abort_weight_sync", &RolloutEngine::abort_weight_sync)
+        .method("weight_device", &RolloutEngine::weight_device)
+        .method("weight_checksums", &RolloutEngine::weight_checksums)
+        .method("generate_all", &RolloutEngine::generate_all)
         .method("open_shared_weight_buffers", &RolloutEngine::open_shared_weight_buffers)
         .method("load_shared_weight_bucket", &RolloutEngine::load_shared_weight_bucket)
         .method("join_weight_sync_group", &RolloutEngine::join_weight_sync_group)
         .method("receive_weight_buckets", &RolloutEngine::receive_weight_buckets)
-        .method("finish_weight_sync", &RolloutEngine::finish_weight_sync)
-        .method("abort_weight_sync", &RolloutEngine::abort_weight_sync)
-        .method("weight_checksums", &RolloutEngine::weight_checksums)
         .method("start_server", &RolloutEngine::start_server)
         .method("stop_server", &RolloutEngine::stop_server);
 }  // namespace

@@ -1,27 +1,33 @@
-// The rollout engine as an actor: one Engine (engine/engine.h) in its own worker process, so the
+// The rollout engine as an actor: an Engine (engine/engine.h) in its own worker process, so the
 // RL loop places engines with the actor runtime, beside trainer ranks on the same GPUs
-// (fractional resources, or a placement group's bundles) or on GPUs of their own. The engine's
-// HTTP server (serving/engine_server.h) can run inside the actor, so agent code the rollout
-// calls reaches the same engine over HTTP.
+// (fractional resources, or a placement group's bundles) or on GPUs of their own. RolloutEngine
+// is the Engine, so a handle calls the engine's own methods; it adds what only an actor needs:
+// a batch of requests in one call, the receiving end of a weight sync, and the engine's HTTP
+// server (serving/engine_server.h) inside the actor, so agent code the rollout calls reaches the
+// same engine over HTTP.
 //
 //   actors::ActorOptions options = rollout_engine_actor_options({{"CPU", 1}, {"GPU", 0.5}});
 //   EngineOptions engine;
 //   engine.model_dir = "/models/qwen3";           // device "auto": the actor's GPU, else the CPU
 //   auto actor = actors::spawn<RolloutEngine>(options, engine);
-//   auto outputs = actor.call(&RolloutEngine::generate, requests).get();  // [request][sample]
+//   auto outputs = actor.call(&RolloutEngine::generate_all, requests).get();  // [request][sample]
 //   std::string url = actor.call(&RolloutEngine::start_server, std::string(), 0,
 //                                std::string()).get();       // "http://NODE_ADDRESS:PORT"
 //   actor.call(&RolloutEngine::release_memory).get();   // the trainer takes the GPU
 //   ... train ...
 //   actor.call(&RolloutEngine::resume_memory).get();
 //   actor.call(&RolloutEngine::load_weights, named_tensors, std::optional<int64_t>(step)).get();
-//   // weight sync from a trainer: trainer::WeightSyncer calls the weight-sync methods below
+//   // weight sync from a trainer: trainer::WeightSyncer calls the weight-sync methods
+//
+// Every Engine method whose arguments and result travel on the wire is registered; submit() (a
+// callback), tokenizer() and model_config() are for callers in the actor's process. A call
+// gives every argument, defaulted ones too.
 //
 // Calls that overlap. The runtime runs an actor's calls on max_concurrency threads (1 by
 // default: one call at a time, in the order each caller made them). With one thread, abort() or
-// pause_generation() sent while generate() runs waits until generate() has returned, which
-// defeats them. Spawn with rollout_engine_actor_options() (max_concurrency 8) so they reach the
-// engine during a generate: every method here is safe to run alongside any other, because the
+// pause_generation() sent while generate_all() runs waits until generate_all() has returned,
+// which defeats them. Spawn with rollout_engine_actor_options() (max_concurrency 8) so they reach
+// the engine during a generate: every method is safe to run alongside any other, because the
 // Engine serialises its controls itself. The price is the runtime's: with more than one thread,
 // calls no longer run in the order they were made, so wait for a control call's future (say
 // load_weights) before sending the calls that must see its effect. The HTTP server, when
@@ -63,52 +69,32 @@ actors::ActorOptions rollout_engine_actor_options(actors::ResourceSet resources 
 // available, else the CPU. Any other name is returned unchanged.
 std::string resolve_engine_device(const std::string& device);
 
-class RolloutEngine {
+class RolloutEngine : public engine::Engine {
  public:
   // Starts the engine (model, tokenizer, KV cache, loop) with options.device resolved by
   // resolve_engine_device. Errors loading the model make the actor dead with their message.
   explicit RolloutEngine(engine::EngineOptions options);
   // Stops the server first (its exchanges still hold the engine), then the engine.
   ~RolloutEngine();
-  RolloutEngine(const RolloutEngine&) = delete;
-  RolloutEngine& operator=(const RolloutEngine&) = delete;
 
   // Submits every request at once, so they batch, and waits for all of them: result r holds
   // request r's n finished outputs in sample order. Requests are validated as they are
   // submitted; when one is refused (InvalidRequest naming its index and field) the ones
   // already submitted are aborted and waited for before the error is thrown. stream is ignored
   // (only finished outputs come back).
-  std::vector<std::vector<engine::GenerateOutput>> generate(
+  std::vector<std::vector<engine::GenerateOutput>> generate_all(
       std::vector<engine::GenerateRequest> requests);
 
-  void abort(const std::string& request_id);
-  void abort_all();
-  void pause_generation(bool abort_in_flight);
-  void continue_generation();
-  void flush_cache();
-  void release_memory();
-  void resume_memory();
-  // Hugging Face-named tensors (any subset); the engine's weight version becomes `version` if
-  // given (it must increase). See Engine::load_weights.
-  void load_weights(std::vector<std::pair<std::string, at::Tensor>> named_tensors,
-                    std::optional<int64_t> version);
-  engine::EngineStats stats() const;
-  engine::EngineInfo info() const;
-
-  // Weight sync: the trainer (trainer/weight_syncer.h) calls these around and between its
-  // buckets; Engine::begin_weight_sync says what the engine does meanwhile, and
-  // weight_sync/weight_receiver.h how the bytes arrive.
-  void begin_weight_sync(int64_t version, bool abort_in_flight, int64_t timeout_ms);
+  // How a weight sync's bytes arrive (weight_sync/weight_receiver.h): the trainer
+  // (trainer/weight_syncer.h) calls these between Engine::begin_weight_sync and
+  // Engine::finish_weight_sync.
   void open_shared_weight_buffers(const weight_sync::SharedWeightBuffers& buffers);
   void load_shared_weight_bucket(int slot, const weight_sync::BucketManifest& manifest);
   void join_weight_sync_group(const weight_sync::BroadcastGroupSpec& spec);
   // Receives the buckets by broadcast and loads them; returns the bytes received.
   int64_t receive_weight_buckets(const std::vector<weight_sync::BucketManifest>& manifests);
-  void finish_weight_sync(int64_t version);
-  void abort_weight_sync(const std::string& reason);
-  std::vector<std::pair<std::string, uint32_t>> weight_checksums();
 
-  // Starts the engine's HTTP server in this process on the actor's engine and returns its URL
+  // Starts the engine's HTTP server in this process on this engine and returns its URL
   // ("http://HOST:PORT"). host empty: the address of the node the actor runs on
   // (actors::node_address(): what the node's other peers reach it at; 127.0.0.1 on one machine
   // and outside a worker). port 0: an ephemeral one. api_key non-empty: requests need
@@ -118,12 +104,8 @@ class RolloutEngine {
   // Stops the server (requests in flight are closed); a no-op when none runs.
   void stop_server();
 
-  // The engine itself, for callers in the same process.
-  engine::Engine& engine() { return *engine_; }
-
  private:
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<weight_sync::WeightReceiver> receiver_;
+  weight_sync::WeightReceiver receiver_;
   std::mutex server_mutex_;
   std::unique_ptr<EngineServer> server_;
 };

@@ -166,8 +166,7 @@ WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
   Clock::time_point control = Clock::now();
   const auto timeout = options_.timeout();
   call_targets(targets, "begin_weight_sync(" + std::to_string(version) + ")",
-               &serving::RolloutEngine::begin_weight_sync, version, abort_in_flight,
-               static_cast<int64_t>(timeout.count()));
+               &serving::RolloutEngine::begin_weight_sync, version, abort_in_flight, timeout);
   report.control_seconds += seconds_since(control);
 
   if (placement_ == EnginePlacement::kColocated) {

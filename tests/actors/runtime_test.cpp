@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
 #include "actors/actor_group.h"
 #include "core/tensor_serialization.h"
@@ -24,6 +25,8 @@ using testing::BrokenConstructor;
 using testing::Counter;
 using testing::Gate;
 using testing::process_gone;
+using testing::Tally;
+using testing::TimedTally;
 using Clock = std::chrono::steady_clock;
 
 class RuntimeTest : public ::testing::Test {
@@ -50,6 +53,22 @@ TEST_F(RuntimeTest, CallsReturnResultsInSubmissionOrder) {
   }
   EXPECT_EQ(counter.call(&Counter::get).get(), expected);
   EXPECT_NE(counter.call(&Counter::pid).get(), getpid());
+}
+
+TEST_F(RuntimeTest, InheritedMethodsAreCalledByTheBaseOrTheDerivedName) {
+  // C++ types &TimedTally::add as the base's member; registration and calls must agree on it.
+  static_assert(std::is_same_v<decltype(&TimedTally::add), int (Tally::*)(int)>);
+  auto tally = spawn<TimedTally>({});
+  EXPECT_EQ(tally.call(&Tally::add, 2).get(), 2);
+  EXPECT_EQ(tally.call(&TimedTally::add, 3).get(), 5);
+  Future<int> total = tally.call(&TimedTally::total);  // a reference result comes back by value
+  EXPECT_EQ(total.get(), 5);
+  EXPECT_EQ(tally.call(&Tally::total).get(), 5);
+  // An override, spelled through the base: the actor's own method runs.
+  EXPECT_EQ(tally.call(&Tally::kind).get(), "timed");
+  EXPECT_EQ(tally.call(&TimedTally::kind).get(), "timed");
+  // A duration travels on the wire.
+  EXPECT_EQ(tally.call(&TimedTally::add_seconds, std::chrono::seconds(4)).get(), 9);
 }
 
 TEST_F(RuntimeTest, MethodExceptionBecomesRemoteErrorAndActorKeepsServing) {

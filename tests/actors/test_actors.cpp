@@ -131,6 +131,14 @@ const auto broken_class = ActorClass<BrokenConstructor>("BrokenConstructor")
 const auto gate_class =
     ActorClass<Gate>("Gate").method("block", &Gate::block).method("release", &Gate::release);
 
+// Inherited methods registered in both spellings: the base's (&Tally::total) and the derived
+// class's (&TimedTally::add, which C++ types as a method of Tally).
+const auto timed_tally_class = ActorClass<TimedTally>("TimedTally")
+                                   .method("add", &TimedTally::add)
+                                   .method("total", &Tally::total)
+                                   .method("kind", &TimedTally::kind)
+                                   .method("add_seconds", &TimedTally::add_seconds);
+
 const auto store_user_class = ActorClass<StoreUser>("StoreUser")
                                   .method("count", &StoreUser::count)
                                   .method("set_later", &StoreUser::set_later)

@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,6 +55,27 @@ class Gate {
 
  private:
   std::atomic<bool> open_{false};
+};
+
+// A base class whose methods an actor class (TimedTally) inherits.
+class Tally {
+ public:
+  virtual ~Tally() = default;
+  int add(int delta) { return total_ += delta; }
+  const int& total() const { return total_; }
+  virtual std::string kind() const { return "tally"; }
+
+ private:
+  int total_ = 0;
+};
+
+class TimedTally : public Tally {
+ public:
+  std::string kind() const override { return "timed"; }
+  // Adds the whole seconds of `duration`.
+  int add_seconds(std::chrono::milliseconds duration) {
+    return add(static_cast<int>(duration.count() / 1000));
+  }
 };
 
 // Uses the head's key-value store through KvStore from inside a worker, as a rank of a

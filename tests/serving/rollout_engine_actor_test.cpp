@@ -201,7 +201,7 @@ TEST_F(RolloutEngineActorTest, BatchedGenerateMatchesAnEngineInThisProcess) {
   engine::Engine local(local_options());
   const std::vector<engine::GenerateRequest> requests = batch();
 
-  const Outputs remote = actor.call(&RolloutEngine::generate, requests).get();
+  const Outputs remote = actor.call(&RolloutEngine::generate_all, requests).get();
   const Outputs expected = one_by_one(local, requests);
   expect_same_tokens(remote, expected);
   for (const auto& samples : remote) {
@@ -248,21 +248,24 @@ TEST_F(RolloutEngineActorTest, BatchedGenerateMatchesAnEngineInThisProcess) {
                                                    greedy("bad", prompt(5, 2))};
   with_bad[1].sampling.top_p = 1.5;
   const std::string message = ooze::testing::error_message_of<actors::RemoteError>(
-      [&] { actor.call(&RolloutEngine::generate, with_bad).get(); });
+      [&] { actor.call(&RolloutEngine::generate_all, with_bad).get(); });
   EXPECT_CONTAINS(message, "sampling_params.top_p");
   EXPECT_CONTAINS(message, "request 1 of 2");
   const engine::EngineStats after = actor.call(&RolloutEngine::stats).get();
   EXPECT_EQ(after.running_sequences + after.waiting_sequences, 0);
   expect_same_tokens(
-      actor.call(&RolloutEngine::generate, std::vector<engine::GenerateRequest>{requests[0]}).get(),
+      actor.call(&RolloutEngine::generate_all, std::vector<engine::GenerateRequest>{requests[0]})
+          .get(),
       {expected[0]});
+  // The engine's own generate, one request, answers alike.
+  expect_same_tokens({actor.call(&RolloutEngine::generate, requests[0]).get()}, {expected[0]});
 }
 
 TEST_F(RolloutEngineActorTest, LoadedWeightsChangeResultsAsTheyDoInThisProcess) {
   auto actor = spawn_engine();
   engine::Engine local(local_options());
   const std::vector<engine::GenerateRequest> requests = batch();
-  const Outputs before = actor.call(&RolloutEngine::generate, requests).get();
+  const Outputs before = actor.call(&RolloutEngine::generate_all, requests).get();
 
   // The tensors cross the process boundary (the larger ones out of band) and land in the
   // actor's model exactly as in the local one.
@@ -271,7 +274,7 @@ TEST_F(RolloutEngineActorTest, LoadedWeightsChangeResultsAsTheyDoInThisProcess) 
   local.load_weights(weights, 3);
   EXPECT_EQ(actor.call(&RolloutEngine::stats).get().weight_version, 3);
 
-  const Outputs after = actor.call(&RolloutEngine::generate, requests).get();
+  const Outputs after = actor.call(&RolloutEngine::generate_all, requests).get();
   expect_same_tokens(after, one_by_one(local, requests));
   int changed = 0;
   for (size_t r = 0; r < after.size(); ++r) {
@@ -299,7 +302,7 @@ TEST_F(RolloutEngineActorTest, ServerInsideTheActorAnswersLikeGenerate) {
 
   const engine::GenerateRequest request = greedy("over-http", prompt(11, 3));
   const engine::GenerateOutput expected =
-      actor.call(&RolloutEngine::generate, std::vector<engine::GenerateRequest>{request})
+      actor.call(&RolloutEngine::generate_all, std::vector<engine::GenerateRequest>{request})
           .get()[0][0];
   const nlohmann::json body = {{"input_ids", request.input_ids},
                                {"sampling_params",
@@ -333,13 +336,13 @@ TEST_F(RolloutEngineActorTest, MemoryIsReleasedAndResumedWithTheSameResults) {
   auto actor = spawn_engine();
   const std::vector<engine::GenerateRequest> requests = {greedy("a", prompt(7, 1)),
                                                          greedy("b", prompt(13, 2))};
-  const Outputs before = actor.call(&RolloutEngine::generate, requests).get();
+  const Outputs before = actor.call(&RolloutEngine::generate_all, requests).get();
 
   actor.call(&RolloutEngine::release_memory).get();
   EXPECT_TRUE(actor.call(&RolloutEngine::stats).get().sleeping);
   // A generate sent while asleep waits for the wake-up (it runs on another of the actor's
   // threads, so resume_memory still gets through).
-  auto pending = actor.call(&RolloutEngine::generate, requests);
+  auto pending = actor.call(&RolloutEngine::generate_all, requests);
   std::this_thread::sleep_for(200ms);
   EXPECT_FALSE(pending.ready());
   actor.call(&RolloutEngine::resume_memory).get(10s);
@@ -349,7 +352,7 @@ TEST_F(RolloutEngineActorTest, MemoryIsReleasedAndResumedWithTheSameResults) {
   EXPECT_GT(actor.call(&RolloutEngine::stats).get().cached_blocks, 0);
   actor.call(&RolloutEngine::flush_cache).get();  // recomputed from scratch, still the same
   EXPECT_EQ(actor.call(&RolloutEngine::stats).get().cached_blocks, 0);
-  const Outputs after = actor.call(&RolloutEngine::generate, requests).get();
+  const Outputs after = actor.call(&RolloutEngine::generate_all, requests).get();
   expect_same_tokens(during, before);
   expect_same_tokens(after, before);
 }
@@ -357,7 +360,7 @@ TEST_F(RolloutEngineActorTest, MemoryIsReleasedAndResumedWithTheSameResults) {
 TEST_F(RolloutEngineActorTest, ControlsReachTheEngineWhileAGenerateIsInFlight) {
   auto actor = spawn_engine();
   actor.call(&RolloutEngine::pause_generation, false).get();
-  auto held = actor.call(&RolloutEngine::generate,
+  auto held = actor.call(&RolloutEngine::generate_all,
                          std::vector<engine::GenerateRequest>{greedy("held", prompt(6, 4)),
                                                               greedy("kept", prompt(8, 5))});
   // Wait until the engine has both requests queued behind the pause.
@@ -383,7 +386,7 @@ TEST_F(RolloutEngineActorTest, ControlsReachTheEngineWhileAGenerateIsInFlight) {
 
   // abort_all ends a generate that would otherwise run for a long time.
   auto long_one =
-      actor.call(&RolloutEngine::generate,
+      actor.call(&RolloutEngine::generate_all,
                  std::vector<engine::GenerateRequest>{greedy("long", prompt(4, 6), 500)});
   const int64_t generated_before = actor.call(&RolloutEngine::stats).get().generated_tokens;
   while (actor.call(&RolloutEngine::stats).get(10s).generated_tokens == generated_before &&

@@ -100,10 +100,7 @@ class TrainActorWeightSyncTest : public TrainActorFixture {
   }
 
   static engine::GenerateOutput generate(const EngineHandle& engine, int64_t max_new_tokens) {
-    return engine
-        .call(&RolloutEngine::generate,
-              std::vector<engine::GenerateRequest>{greedy(max_new_tokens)})
-        .get()[0][0];
+    return engine.call(&RolloutEngine::generate, greedy(max_new_tokens)).get()[0];
   }
 
   // The engine's greedy tokens and log-probs == the reference's, bit for bit, under `version`.

@@ -127,10 +127,7 @@ class WeightSyncerTest : public ::testing::TestWithParam<SyncCase> {
     engine::Engine reference(options);
     const engine::GenerateOutput expected = reference.generate(greedy_request())[0];
     for (size_t i = 0; i < engines_.size(); ++i) {
-      const auto out = engines_[i]
-                           .call(&RolloutEngine::generate,
-                                 std::vector<engine::GenerateRequest>{greedy_request()})
-                           .get()[0][0];
+      const auto out = engines_[i].call(&RolloutEngine::generate, greedy_request()).get()[0];
       EXPECT_EQ(out.output_ids, expected.output_ids) << "engine " << i;
       EXPECT_EQ(out.output_logprobs, expected.output_logprobs) << "engine " << i;
       EXPECT_EQ(out.weight_version, version) << "engine " << i;
