@@ -40,7 +40,7 @@
 namespace ooze::launcher {
 
 struct EngineSupervisorOptions {
-  bool probing = true;  // run the probe thread (--use-fault-tolerance)
+  bool probing = false;  // run the probe thread (--use-fault-tolerance)
   std::chrono::milliseconds interval{30000};
   std::chrono::milliseconds timeout{30000};
   std::chrono::milliseconds first_wait{0};
