@@ -4,8 +4,8 @@
 //   RolloutOptions::fields().declare(schema);   // section "rollout", with the sampling flags
 //   add_eval_fields(schema);                     // section "eval"
 //   RolloutOptions rollout = RolloutOptions::fields().read(config);
-//   EvalOptions eval = EvalOptions::from_config(config,
-//   PromptDatasetOptions::fields().read(config));
+//   PromptDatasetOptions data = PromptDatasetOptions::fields().read(config);
+//   EvalOptions eval = EvalOptions::from_config(config, data);
 #pragma once
 
 #include <cstdint>

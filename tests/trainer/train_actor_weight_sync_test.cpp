@@ -236,6 +236,13 @@ TEST_F(TrainActorWeightSyncTest, AnEngineKilledMidSyncIsNamedAndResyncsAloneAfte
       engines[0], [](const engine::EngineStats& s) { return s.syncing_weights; }, 10s));
   actors::kill(engines[0], /*allow_restart=*/true);
   const auto killed = Clock::now();
+  // kill() returns before the process is gone: rank 1 joins (and bucket 0 can be sent) only once
+  // the runtime has seen engine 0 die, so the sync fails at bucket 0 however loaded the machine.
+  const Clock::time_point seen_deadline = killed + 10s;
+  while (engines[0].info().restarts < 1 && Clock::now() < seen_deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GE(engines[0].info().restarts, 1) << "engine 0 was not seen to die within 10 s";
   auto rank1 = group.call(1, &TrainActor::update_weights, int64_t{2}, true);
   EXPECT_EQ(rank1.get(60s).engines, 1);
   const std::string message =
