@@ -78,19 +78,6 @@ std::vector<at::Tensor> unpad_rows(const at::Tensor& padded, const std::vector<a
 
 }  // namespace
 
-AdvantageEstimator parse_advantage_estimator(const std::string& name) {
-  if (name == "grpo") return AdvantageEstimator::kGrpo;
-  if (name == "gspo") return AdvantageEstimator::kGspo;
-  if (name == "cispo") return AdvantageEstimator::kCispo;
-  if (name == "rloo") return AdvantageEstimator::kRloo;
-  if (name == "reinforce_plus_plus") return AdvantageEstimator::kReinforcePlusPlus;
-  if (name == "reinforce_plus_plus_baseline") return AdvantageEstimator::kReinforcePlusPlusBaseline;
-  if (name == "ppo") return AdvantageEstimator::kPpo;
-  throw ConfigError("unknown advantage estimator '" + name +
-                    "': expected grpo, gspo, cispo, rloo, reinforce_plus_plus, "
-                    "reinforce_plus_plus_baseline or ppo");
-}
-
 std::string advantage_estimator_name(AdvantageEstimator estimator) {
   switch (estimator) {
     case AdvantageEstimator::kGrpo:

@@ -42,9 +42,8 @@ enum class AdvantageEstimator {
   kPpo,
 };
 
-// "grpo", "gspo", "cispo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo";
-// throws ooze::ConfigError otherwise.
-AdvantageEstimator parse_advantage_estimator(const std::string& name);
+// "grpo", "gspo", "cispo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo":
+// the --advantage-estimator spellings.
 std::string advantage_estimator_name(AdvantageEstimator estimator);
 
 struct AdvantageOptions {

@@ -11,14 +11,6 @@ constexpr double kLowVarKlBound = 10.0;
 
 }  // namespace
 
-KlEstimator parse_kl_estimator(const std::string& name) {
-  if (name == "k1") return KlEstimator::kK1;
-  if (name == "k2") return KlEstimator::kK2;
-  if (name == "k3") return KlEstimator::kK3;
-  if (name == "low_var_kl") return KlEstimator::kLowVarKl;
-  throw ConfigError("unknown KL estimator '" + name + "': expected k1, k2, k3 or low_var_kl");
-}
-
 std::string kl_estimator_name(KlEstimator estimator) {
   switch (estimator) {
     case KlEstimator::kK1:

@@ -20,8 +20,7 @@ namespace ooze::algorithms {
 
 enum class KlEstimator { kK1, kK2, kK3, kLowVarKl };
 
-// "k1", "k2", "k3", "low_var_kl"; throws ooze::ConfigError otherwise.
-KlEstimator parse_kl_estimator(const std::string& name);
+// "k1", "k2", "k3", "low_var_kl": the --kl-loss-type spellings.
 std::string kl_estimator_name(KlEstimator estimator);
 
 // [T] estimates. `importance_ratio` [T], optional: multiplies the estimate (unbiased KL).

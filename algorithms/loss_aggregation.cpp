@@ -6,14 +6,6 @@
 
 namespace ooze::algorithms {
 
-LossAggregation parse_loss_aggregation(const std::string& name) {
-  if (name == "token-mean") return LossAggregation::kTokenMean;
-  if (name == "seq-mean-token-mean") return LossAggregation::kSequenceMeanTokenMean;
-  if (name == "seq-mean-token-sum") return LossAggregation::kSequenceMeanTokenSum;
-  throw ConfigError("unknown loss aggregation '" + name +
-                    "': expected token-mean, seq-mean-token-mean or seq-mean-token-sum");
-}
-
 std::string loss_aggregation_name(LossAggregation aggregation) {
   switch (aggregation) {
     case LossAggregation::kTokenMean:

@@ -33,9 +33,7 @@ namespace ooze::algorithms {
 
 enum class LossAggregation { kTokenMean, kSequenceMeanTokenMean, kSequenceMeanTokenSum };
 
-// "token-mean", "seq-mean-token-mean", "seq-mean-token-sum" (verl's names); throws
-// ooze::ConfigError otherwise.
-LossAggregation parse_loss_aggregation(const std::string& name);
+// "token-mean", "seq-mean-token-mean", "seq-mean-token-sum" (verl's names).
 std::string loss_aggregation_name(LossAggregation aggregation);
 
 // --loss-aggregation, which every loss the trainer computes follows, as the flag of `member`.

@@ -371,13 +371,6 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 }  // namespace
 
-ContextParallelImpl context_parallel_impl_from_name(const std::string& name) {
-  if (name == "ring") return ContextParallelImpl::kRing;
-  if (name == "allgather") return ContextParallelImpl::kAllGather;
-  throw Error("unknown context parallel attention '" + name +
-              "' (--cp-impl): use ring or allgather");
-}
-
 const char* context_parallel_impl_name(ContextParallelImpl impl) {
   return impl == ContextParallelImpl::kRing ? "ring" : "allgather";
 }

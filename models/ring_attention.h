@@ -36,8 +36,7 @@ namespace ooze::models {
 
 enum class ContextParallelImpl { kRing, kAllGather };
 
-// "ring" or "allgather" (--cp-impl); ooze::Error naming the accepted values otherwise.
-ContextParallelImpl context_parallel_impl_from_name(const std::string& name);
+// "ring" or "allgather" (--cp-impl).
 const char* context_parallel_impl_name(ContextParallelImpl impl);
 
 // q: [T_local, heads, head_dim], k and v: [T_local, kv_heads, head_dim]: this rank's tokens in

@@ -517,10 +517,14 @@ TEST(AdvantagesTest, InconsistentInputsAreRejected) {
   AdvantageInputs missing_mask = s.inputs(2);
   missing_mask.response_masks.pop_back();
   EXPECT_THROW(compute_advantages(missing_mask, options_for(AdvantageEstimator::kGrpo)), Error);
-  EXPECT_THROW(parse_advantage_estimator("reinforce"), ConfigError);
+  // --advantage-estimator: every name reads back as itself, an unknown one is refused.
+  ConfigSchema schema;
+  AdvantageOptions::fields().declare(schema);
+  EXPECT_THROW(load_config(schema, "", {"--advantage-estimator", "reinforce"}), ConfigError);
   for (const char* name : {"grpo", "gspo", "cispo", "rloo", "reinforce_plus_plus",
                            "reinforce_plus_plus_baseline", "ppo"}) {
-    EXPECT_EQ(advantage_estimator_name(parse_advantage_estimator(name)), name);
+    const Config config = load_config(schema, "", {"--advantage-estimator", name});
+    EXPECT_EQ(advantage_estimator_name(AdvantageOptions::fields().read(config).estimator), name);
   }
 }
 

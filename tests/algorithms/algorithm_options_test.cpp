@@ -66,6 +66,14 @@ TEST(AlgorithmOptionsTest, DefaultsAreSlimes) {
   EXPECT_EQ(aggregation_fields().read(config).value, LossAggregation::kSequenceMeanTokenMean);
 }
 
+TEST(AlgorithmOptionsTest, LossAggregationNamesRoundTripAndUnknownOnesAreRefused) {
+  for (const char* name : {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum"}) {
+    const Config config = load_config(algorithm_schema(), "", {"--loss-aggregation", name});
+    EXPECT_EQ(loss_aggregation_name(aggregation_fields().read(config).value), name);
+  }
+  EXPECT_THROW(load_config(algorithm_schema(), "", {"--loss-aggregation", "sum"}), ConfigError);
+}
+
 TEST(AlgorithmOptionsTest, SlimeFlagNames) {
   Config config = load_config(algorithm_schema(), "",
                               {"--advantage-estimator",

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "algorithms/policy_loss.h"
 #include "core/error.h"
 #include "tests/algorithms/double_vectors.h"
 
@@ -137,10 +138,14 @@ TEST(KlTest, GradientsMatchFiniteDifferences) {
 }
 
 TEST(KlTest, NamesRoundTripAndUnknownNamesAreRejected) {
+  // --kl-loss-type: every name reads back as itself, an unknown one is refused.
+  ConfigSchema schema;
+  PolicyLossOptions::fields().declare(schema);
   for (const char* name : {"k1", "k2", "k3", "low_var_kl"}) {
-    EXPECT_EQ(kl_estimator_name(parse_kl_estimator(name)), name);
+    const Config config = load_config(schema, "", {"--kl-loss-type", name});
+    EXPECT_EQ(kl_estimator_name(PolicyLossOptions::fields().read(config).kl_loss_type), name);
   }
-  EXPECT_THROW(parse_kl_estimator("kl"), ConfigError);
+  EXPECT_THROW(load_config(schema, "", {"--kl-loss-type", "kl"}), ConfigError);
   EXPECT_THROW(approx_kl(tensor_of({1.0}), tensor_of({1.0, 2.0}), KlEstimator::kK1), Error);
 }
 

@@ -500,5 +500,20 @@ TEST(ContextParallelDealing, TokenBudgetCountsEachRanksShare) {
                   "context_parallel_size");
 }
 
+TEST(ContextParallelImpl, NamesRoundTripAndUnknownOnesAreRefused) {
+  ConfigSchema schema;
+  FsdpTransformerOptions::fields().declare(schema);
+  for (const char* name : {"ring", "allgather"}) {
+    const Config config = load_config(schema, "", {"--cp-impl", name});
+    EXPECT_STREQ(
+        models::context_parallel_impl_name(FsdpTransformerOptions::fields().read(config).cp_impl),
+        name);
+  }
+  EXPECT_CONTAINS(testing::error_message_of([&] {
+                    load_config(schema, "", {"--cp-impl", "p2p"});
+                  }),
+                  "--cp-impl");
+}
+
 }  // namespace context_parallel_test
 }  // namespace ooze::fsdp

@@ -244,13 +244,5 @@ INSTANTIATE_TEST_SUITE_P(CpSizes, ContextParallelAttentionTest, ::testing::Value
                            return "C" + std::to_string(info.param);
                          });
 
-TEST(ContextParallelImpl, NamesRoundTripAndUnknownOnesAreRefused) {
-  EXPECT_EQ(context_parallel_impl_from_name("ring"), ContextParallelImpl::kRing);
-  EXPECT_EQ(context_parallel_impl_from_name("allgather"), ContextParallelImpl::kAllGather);
-  EXPECT_STREQ(context_parallel_impl_name(ContextParallelImpl::kAllGather), "allgather");
-  EXPECT_CONTAINS(testing::error_message_of<Error>([] { context_parallel_impl_from_name("p2p"); }),
-                  "use ring or allgather");
-}
-
 }  // namespace ring_attention_test
 }  // namespace ooze::models
