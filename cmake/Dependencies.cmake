@@ -11,6 +11,17 @@ foreach(dir ${TORCH_INCLUDE_DIRS})
 endforeach()
 message(STATUS "ooze: LibTorch ${Torch_VERSION}")
 
+# Users' Python hooks run in an embedded CPython: by default Debian's /usr/bin/python3, whose
+# python3-torch is the same LibTorch build ooze links (a python3 earlier on PATH, from pyenv or a
+# venv, may be another build without torch). With a PyTorch install's LibTorch, name its
+# interpreter: -DPython3_EXECUTABLE=/path/to/python3.
+if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+  set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "The Python that runs users' hooks")
+endif()
+find_package(Python3 REQUIRED COMPONENTS Interpreter Development.Embed)
+find_package(pybind11 CONFIG REQUIRED)
+message(STATUS "ooze: Python hooks run in ${Python3_EXECUTABLE} (${Python3_VERSION})")
+
 find_package(Gloo REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(GTest REQUIRED)

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/config.h"
+#include "python/hook_args.h"
 #include "rollout/reward_model.h"
 
 namespace ooze::launcher {
@@ -48,12 +49,12 @@ int run_reward_command(const std::vector<std::string>& args, std::istream& in, s
   rollout::RewardOptions::fields().declare(schema);
   const std::optional<Config> config = load_config_from_command_line(schema, args);
   if (!config) {
-    out << "usage: ooze reward --rm-type TYPE | --custom-rm-path lib.so:fn [flags] < lines.jsonl\n"
+    out << "usage: ooze reward --rm-type TYPE | --custom-rm-path PATH [flags] < lines.jsonl\n"
         << schema.help();
     return 0;
   }
+  python::set_hook_args(config->to_json());
   rollout::RewardModel rewards(rollout::RewardOptions::fields().read(*config));
-  ThreadPool pool(static_cast<size_t>(config->get<int64_t>("reward_threads")));
 
   bool failed = false;
   int64_t line_number = 0;
@@ -78,16 +79,26 @@ int run_reward_command(const std::vector<std::string>& args, std::istream& in, s
                 .dump();
       }
     }
-    pool.run_all(samples.size(), [&](size_t i) {
-      if (!samples[i]) return;
+    std::vector<rollout::Sample*> parsed;
+    std::vector<size_t> positions;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      if (samples[i]) {
+        parsed.push_back(&*samples[i]);
+        positions.push_back(i);
+      }
+    }
+    const std::vector<std::exception_ptr> failures = rewards.try_score(parsed);
+    for (size_t k = 0; k < parsed.size(); ++k) {
+      const size_t i = positions[k];
       try {
-        answers[i] = nlohmann::json{{"reward", rewards.score(*samples[i])}}.dump();
+        if (failures[k]) std::rethrow_exception(failures[k]);
+        answers[i] = nlohmann::json{{"reward", parsed[k]->reward}}.dump();
       } catch (const std::exception& error) {
         answers[i] =
             nlohmann::json{{"error", "line " + std::to_string(numbers[i]) + ": " + error.what()}}
                 .dump();
       }
-    });
+    }
     for (const std::string& answer : answers) {
       failed = failed || answer.rfind("{\"error\"", 0) == 0;
       out << answer << "\n";

@@ -1,14 +1,19 @@
 // `ooze reward`: scores JSON lines from stdin with the reward a run would use, one answer line
-// per input line, in order — for checking a dataset's labels against a reward type, or a
-// plugin, before spending GPU hours on it.
+// per input line, in order — for checking a dataset's labels against a reward type, or your
+// own reward function, before spending GPU hours on it.
 //
 //   echo '{"response": "... \\boxed{\\frac12}", "label": "0.5"}' | ooze reward --rm-type math
 //   {"reward":1.0}
 //
 // Input lines: {"response": TEXT, "label": TEXT or any JSON, "metadata": {...}, "prompt": TEXT}
 // (response required). Flags: those of RewardOptions (--rm-type, --custom-rm-path,
-// --reward-key, --rm-url, ...). A line that cannot be scored answers {"error": "line N: ..."}
-// and the exit status is then 1; the other lines are still scored.
+// --reward-key, --rm-url, ...):
+//
+//   ooze reward --custom-rm-path my_rewards.reward_func < lines.jsonl     # or my_rewards.py:fn
+//
+// Lines are scored in chunks of 256: an async Python function's calls of a chunk overlap, and a
+// batched function (--group-rm) gets a chunk per call. A line that cannot be scored answers
+// {"error": "line N: ..."} and the exit status is then 1; the other lines are still scored.
 #pragma once
 
 #include <iosfwd>

@@ -8,6 +8,7 @@
 #include "core/logging.h"
 #include "launcher/debug_rollout_data.h"
 #include "launcher/experiment_data.h"
+#include "python/hook_args.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
 #include "rollout/rollout_manager.h"
@@ -52,6 +53,7 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
   // Everything that can be refused is checked before any engine starts.
   const std::string model_dir = config->get<std::string>("hf_checkpoint");
   const ExperimentData data = ExperimentData::load(*config);
+  python::set_hook_args(config->to_json());
   rollout::RewardModel rewards(rollout::RewardOptions::fields().read(*config));
   const rollout::RolloutOptions rollout_options = rollout::RolloutOptions::fields().read(*config);
   const int64_t num_rollout =

@@ -12,6 +12,7 @@
 #include "launcher/rl_loop.h"
 #include "launcher/rl_placement.h"
 #include "launcher/train_plan.h"
+#include "python/hook_args.h"
 #include "rollout/reward_model.h"
 
 namespace ooze::launcher {
@@ -30,6 +31,7 @@ struct RuntimeGuard {
 void run_job(const Config& config, const TrainPlan& plan, const ExperimentData& data,
              std::ostream& out) {
   // The rest of the checks, before any process starts.
+  python::set_hook_args(config.to_json());
   std::optional<rollout::RewardModel> rewards;
   if (plan.with_engines()) rewards.emplace(rollout::RewardOptions::fields().read(config));
   const trainer::TrainInit init = policy_init(config, plan);

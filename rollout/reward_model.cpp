@@ -1,6 +1,8 @@
 #include "rollout/reward_model.h"
 
+#include "python/hook_path.h"
 #include "rollout/rewards/builtin_rewards.h"
+#include "rollout/sample_json.h"
 
 namespace ooze::rollout {
 
@@ -13,7 +15,9 @@ const OptionFields<RewardOptions>& RewardOptions::fields() {
           "Built-in reward (math, deepscaler, dapo, f1, gpqa, random, boxed_<type>) or "
           "remote_rm.");
     f.add("custom_rm_path", &O::custom_rm_path,
-          "lib.so:function, a reward or batched reward plugin (wins over --rm-type).");
+          "Your reward function (wins over --rm-type): package.module.function or "
+          "file.py:function, (args, sample) -> float | dict, sync or async; with --group-rm "
+          "(args, samples) -> list. Or lib.so:function, a C++ plugin.");
     f.add("group_rm", &O::group_rm, "A batched reward function scores each group as it ends.");
     f.add("reward_key", &O::reward_key, "The scalar field of object rewards (dapo: score).");
     f.include("remote", &O::remote, RemoteRewardOptions::fields());
@@ -29,14 +33,22 @@ const OptionFields<RewardOptions>& RewardOptions::fields() {
 }
 
 RewardModel::RewardModel(RewardOptions options) : options_(std::move(options)) {
-  if (!options_.custom_rm_path.empty()) {
-    // Either kind of reward function; the descriptor says which.
-    PluginFunction function = PluginFunction::load_any(
-        options_.custom_rm_path, {plugin::Kind::kReward, plugin::Kind::kBatchedReward},
-        "--custom-rm-path");
-    batched_ = function.kind() == plugin::Kind::kBatchedReward;
-    plugin_ = std::move(function);
-    source_ = "--custom-rm-path " + options_.custom_rm_path;
+  const std::string& path = options_.custom_rm_path;
+  if (!path.empty()) {
+    source_ = "--custom-rm-path " + path;
+    if (python::hook_path_kind(path) == python::HookPathKind::kPython) {
+      // Slime's convention: --group-rm decides whether the function scores a group or a sample.
+      batched_ = options_.group_rm;
+      python_ = python::PythonHook::load(path, "--custom-rm-path",
+                                         batched_ ? std::vector<std::string>{"args", "samples"}
+                                                  : std::vector<std::string>{"args", "sample"});
+    } else {
+      // Either kind of C++ reward function; the descriptor says which.
+      PluginFunction function = PluginFunction::load_any(
+          path, {plugin::Kind::kReward, plugin::Kind::kBatchedReward}, "--custom-rm-path");
+      batched_ = function.kind() == plugin::Kind::kBatchedReward;
+      plugin_ = std::move(function);
+    }
   } else if (options_.rm_type == "remote_rm") {
     if (options_.remote.url.empty()) throw ConfigError("--rm-type remote_rm needs --rm-url");
     remote_ = std::make_unique<RemoteReward>(options_.remote);
@@ -68,57 +80,100 @@ nlohmann::json RewardModel::score_one(const Sample& sample) const {
 }
 
 nlohmann::json RewardModel::score(const Sample& sample) const {
-  if (batched_) {
-    std::vector<Sample> one = {sample};
-    std::vector<nlohmann::json> rewards = plugin_->batched_reward(one);
-    return rewards.at(0);
-  }
-  return score_one(sample);
+  Sample copy = sample;
+  const std::vector<std::exception_ptr> failures = try_score({&copy});
+  if (failures[0]) std::rethrow_exception(failures[0]);
+  return copy.reward;
 }
 
-void RewardModel::score_batched(std::vector<Sample*>& samples) {
-  std::vector<Sample> copies;
-  copies.reserve(samples.size());
-  for (const Sample* sample : samples) copies.push_back(*sample);
-  std::vector<nlohmann::json> rewards = plugin_->batched_reward(copies);
-  for (size_t i = 0; i < samples.size(); ++i) samples[i]->reward = std::move(rewards[i]);
+void RewardModel::take_python_outcomes(const nlohmann::json& outcomes,
+                                       const std::vector<Sample*>& samples,
+                                       std::vector<std::exception_ptr>& failures, size_t first) {
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const nlohmann::json& outcome = outcomes[i];  // [true, reward] or [false, message]
+    if (outcome[0].get<bool>()) {
+      samples[first + i]->reward = outcome[1];
+    } else {
+      failures[first + i] = std::make_exception_ptr(RewardError(outcome[1].get<std::string>()));
+    }
+  }
 }
+
+std::vector<std::exception_ptr> RewardModel::try_score(const std::vector<Sample*>& samples) const {
+  std::vector<std::exception_ptr> failures(samples.size());
+  if (samples.empty()) return failures;
+  if (python_) {
+    const auto as_json = [&](size_t begin, size_t end) {
+      nlohmann::json list = nlohmann::json::array();
+      for (size_t i = begin; i < end; ++i) list.push_back(sample_to_json(*samples[i]));
+      return list;
+    };
+    if (batched_ || python_->is_async()) {
+      // One call: the batch, or every coroutine at once on the hooks' event loop.
+      const nlohmann::json outcomes =
+          python_->call(batched_ ? "reward_batch" : "reward_each", as_json(0, samples.size()));
+      take_python_outcomes(outcomes, samples, failures, 0);
+    } else {
+      // A plain function blocks its thread (and, outside I/O and sleeps, the GIL).
+      pool_->run_all(samples.size(), [&](size_t i) {
+        try {
+          take_python_outcomes(python_->call("reward_each", as_json(i, i + 1)), samples, failures,
+                               i);
+        } catch (const std::exception&) {
+          failures[i] = std::current_exception();
+        }
+      });
+    }
+    return failures;
+  }
+  if (batched_) {
+    try {
+      std::vector<Sample> copies;
+      copies.reserve(samples.size());
+      for (const Sample* sample : samples) copies.push_back(*sample);
+      std::vector<nlohmann::json> rewards = plugin_->batched_reward(copies);
+      for (size_t i = 0; i < samples.size(); ++i) samples[i]->reward = std::move(rewards[i]);
+    } catch (const std::exception&) {
+      std::fill(failures.begin(), failures.end(), std::current_exception());
+    }
+    return failures;
+  }
+  pool_->run_all(samples.size(), [&](size_t i) {
+    try {
+      samples[i]->reward = score_one(*samples[i]);
+    } catch (const std::exception&) {
+      failures[i] = std::current_exception();
+    }
+  });
+  return failures;
+}
+
+namespace {
+
+void rethrow_first(const std::vector<std::exception_ptr>& failures) {
+  for (const std::exception_ptr& failure : failures) {
+    if (failure) std::rethrow_exception(failure);
+  }
+}
+
+}  // namespace
 
 void RewardModel::score_group(std::vector<Sample>& group) {
   if (scores_whole_rollout()) return;
-  if (batched_) {
-    std::vector<Sample*> samples;
-    for (Sample& sample : group) samples.push_back(&sample);
-    score_batched(samples);
-    return;
-  }
-  if (group.size() == 1) {
-    group[0].reward = score_one(group[0]);
-    return;
-  }
-  pool_->run_all(group.size(), [&](size_t i) { group[i].reward = score_one(group[i]); });
+  std::vector<Sample*> samples;
+  for (Sample& sample : group) samples.push_back(&sample);
+  rethrow_first(try_score(samples));
 }
 
 void RewardModel::score_rollout(std::vector<std::vector<Sample>>& groups) {
-  if (scores_whole_rollout()) {
-    std::vector<Sample*> samples;
-    for (std::vector<Sample>& group : groups) {
-      for (Sample& sample : group) samples.push_back(&sample);
-    }
-    if (!samples.empty()) score_batched(samples);
-    return;
-  }
-  std::vector<Sample*> unscored;
+  // The whole rollout for a rollout-wide batched function, else what is not scored yet.
+  std::vector<Sample*> samples;
   for (std::vector<Sample>& group : groups) {
     for (Sample& sample : group) {
-      if (sample.reward.is_null()) unscored.push_back(&sample);
+      if (scores_whole_rollout() || sample.reward.is_null()) samples.push_back(&sample);
     }
   }
-  if (batched_) {
-    if (!unscored.empty()) score_batched(unscored);
-    return;
-  }
-  pool_->run_all(unscored.size(), [&](size_t i) { unscored[i]->reward = score_one(*unscored[i]); });
+  rethrow_first(try_score(samples));
 }
 
 }  // namespace ooze::rollout

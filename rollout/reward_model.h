@@ -1,5 +1,7 @@
-// Where rewards come from, chosen as in Slime: a user's function (--custom-rm-path
-// lib.so:function, a reward or a batched reward plugin), else --rm-type: a built-in rule
+// Where rewards come from, chosen as in Slime: a user's function (--custom-rm-path: a Python
+// `package.module.function` or `file.py:function`, `(args, sample)` or with --group-rm
+// `(args, samples)`, sync or async; or a C++ `lib.so:function`, a reward or a batched reward
+// plugin), else --rm-type: a built-in rule
 // (rollout/rewards/builtin_rewards.h, with the boxed_ prefix) or remote_rm (--rm-url, Slime's
 // request body). Everything is checked when the model is built (unknown type, missing URL,
 // a library or symbol that does not load), so a run fails at start-up, not at its first rollout.
@@ -8,12 +10,14 @@
 //   rewards.score_group(group);        // fills sample.reward for every sample of the group
 //
 // Samples are scored concurrently on --reward-threads threads (remote models and plugins wait
-// on I/O); a batched function gets the group in one call (--group-rm), or, without --group-rm,
-// the whole rollout at its end (score_rollout). A failure names the sample and where its
-// reward came from.
+// on I/O), except by an async Python function, whose calls are all awaited at once on the
+// hooks' event loop; a batched function gets the group in one call (--group-rm), or, for a C++
+// plugin without --group-rm, the whole rollout at its end (score_rollout). A failure names the
+// sample and where its reward came from (with a Python function, its traceback).
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -22,6 +26,7 @@
 
 #include "core/config.h"
 #include "core/thread_pool.h"
+#include "python/python_hook.h"
 #include "rollout/plugin_function.h"
 #include "rollout/remote_reward.h"
 #include "rollout/sample.h"
@@ -36,7 +41,7 @@ class RewardError : public Error {
 
 struct RewardOptions {
   std::string rm_type;         // a built-in type, "remote_rm", or "" when custom_rm_path is set
-  std::string custom_rm_path;  // "lib.so:function": a reward or batched reward plugin
+  std::string custom_rm_path;  // a Python function path, or "lib.so:function"
   bool group_rm = false;       // a batched function scores each group as it finishes
   std::string reward_key;      // the scalar field of object rewards (dapo's "score", ...)
   RemoteRewardOptions remote;  // --rm-url and its timeouts and retries
@@ -60,6 +65,10 @@ class RewardModel {
   // With a batched function and no --group-rm: one call over every sample of the rollout.
   // Otherwise scores the groups not scored yet.
   void score_rollout(std::vector<std::vector<Sample>>& groups);
+  // Scores `samples` together (a batched function gets them in one call) and fills in each
+  // one's reward; returns each sample's failure, null where it was scored. The others are
+  // scored whatever fails, so a caller may report every failure, not only the first.
+  std::vector<std::exception_ptr> try_score(const std::vector<Sample*>& samples) const;
 
   // Whether rewards are only known once the whole rollout is (dynamic sampling needs them per
   // group, so it refuses this combination).
@@ -70,12 +79,16 @@ class RewardModel {
 
  private:
   nlohmann::json score_one(const Sample& sample) const;
-  void score_batched(std::vector<Sample*>& samples);
+  // The hook's outcomes ([ok, reward or message] per sample) into rewards and failures.
+  static void take_python_outcomes(const nlohmann::json& outcomes,
+                                   const std::vector<Sample*>& samples,
+                                   std::vector<std::exception_ptr>& failures, size_t first);
 
   RewardOptions options_;
   std::string source_;
   bool batched_ = false;
   std::optional<PluginFunction> plugin_;
+  std::optional<python::PythonHook> python_;
   std::unique_ptr<RemoteReward> remote_;
   std::unique_ptr<ThreadPool> pool_;
 };

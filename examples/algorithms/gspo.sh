@@ -20,7 +20,7 @@ source "$here/../demo/warm_start.sh"
 MODEL_ARGS=(--hf-checkpoint "$WARM_START")
 ROLLOUT_ARGS=(
   --prompt-data "$TASK/train.jsonl" --input-key input --label-key label
-  --custom-rm-path "$BUILD_DIR/examples/demo/libexact_match_reward.so:exact_match"
+  --custom-rm-path "$REWARD_PATH"
   --rollout-shuffle --rollout-seed "$SEED" --sampling-seed "$SEED"
   --num-rollout "$NUM_ROLLOUT" --rollout-batch-size 16 --n-samples-per-prompt 16
   --rollout-max-response-len 4 --rollout-temperature 1.0 --rollout-stop-token-ids 258

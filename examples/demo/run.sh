@@ -11,7 +11,8 @@
 #   examples/demo/run.sh [OUT]
 # Environment: BUILD_DIR (build), SEED (1), SFT_STEPS (160), NUM_ROLLOUT (800), EVAL_INTERVAL
 # (100), PLACEMENT_ARGS (the placement flags, default 2 trainer ranks and 2 engines apart), and
-# WARM_START: a warm-start model from an earlier run (OUT/sft/model) to begin GRPO from.
+# WARM_START: a warm-start model from an earlier run (OUT/sft/model) to begin GRPO from, and
+# REWARD: python (the default: examples/demo/exact_match_reward.py) or cpp (the C++ plugin).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${1:-runs/demo}"
@@ -24,7 +25,7 @@ echo "GRPO: $NUM_ROLLOUT rollouts of 16 prompts x 16 samples ($OUT/grpo.log)"
 MODEL_ARGS=(--hf-checkpoint "$WARM_START")
 ROLLOUT_ARGS=(
   --prompt-data "$TASK/train.jsonl" --input-key input --label-key label
-  --custom-rm-path "$BUILD_DIR/examples/demo/libexact_match_reward.so:exact_match"
+  --custom-rm-path "$REWARD_PATH"
   --rollout-shuffle --rollout-seed "$SEED" --sampling-seed "$SEED"
   --num-rollout "$NUM_ROLLOUT" --rollout-batch-size 16 --n-samples-per-prompt 16
   --rollout-max-response-len 4 --rollout-temperature 1.0 --rollout-stop-token-ids 258

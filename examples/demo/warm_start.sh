@@ -7,12 +7,19 @@
 # Skipped when WARM_START already names a model directory (an earlier run's OUT/sft/model).
 # Reads OUT, BUILD_DIR (build), SEED (1), SFT_STEPS (160), WARM_START, MAKE_TASK (the task's
 # generator, called as MAKE_TASK DIR SEED STEPS; default the demo's make_task.sh) and
-# SFT_EXTRA_ARGS (an array of more flags for the warm start); sets OOZE, TASK, SEED, WARM_START.
+# SFT_EXTRA_ARGS (an array of more flags for the warm start), REWARD (python: the demo's reward
+# as a Python file, the default; cpp: the same reward as a C++ plugin); sets OOZE, TASK, SEED,
+# WARM_START and REWARD_PATH (the --custom-rm-path of the exact-match reward).
 BUILD_DIR="${BUILD_DIR:-build}"
 SEED="${SEED:-1}"
 SFT_STEPS="${SFT_STEPS:-160}"
 WARM_START="${WARM_START:-}"
 OOZE="$BUILD_DIR/launcher/ooze"
+case "${REWARD:-python}" in
+  python) REWARD_PATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/exact_match_reward.py:exact_match" ;;
+  cpp) REWARD_PATH="$BUILD_DIR/examples/demo/libexact_match_reward.so:exact_match" ;;
+  *) echo "REWARD is python or cpp, not '$REWARD'" >&2; exit 1 ;;
+esac
 TASK="$OUT/task"
 # One intra-op thread per process: trainer ranks and engines share the machine's cores.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"

@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 // Keep in step with the CMake DEPS of each folder and with docs/architecture.md.
 const std::map<std::string, std::set<std::string>> kBuildsOn = {
     {"core", {}},
+    {"python", {"core"}},
     {"comm", {"core"}},
     {"models", {"comm"}},
     {"actors", {"comm"}},
@@ -31,7 +32,7 @@ const std::map<std::string, std::set<std::string>> kBuildsOn = {
     {"serving", {"engine", "actors"}},
     {"fsdp", {"models"}},
     {"trainer", {"fsdp", "algorithms", "serving"}},
-    {"rollout", {"serving"}},
+    {"rollout", {"serving", "python"}},
     {"launcher", {"trainer", "rollout"}},
 };
 

@@ -4,9 +4,10 @@
 // stated margin from the warm start's level. The first run does the supervised warm start; the
 // others begin GRPO from its model (WARM_START), and so do PPO with a learned critic
 // (examples/algorithms/ppo.sh) and asynchronous GRPO (grpo.sh --async). Seeds are fixed; nothing
-// here is timed.
+// here is timed. The demo's reward is a Python file; one placement uses its C++ plugin twin.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -25,15 +26,17 @@ struct DemoRun {
   std::string out;
 };
 
+// `reward`: python (the demo's exact-match reward as a Python file) or cpp (as a C++ plugin).
 DemoRun run_demo(const std::string& name, const std::string& placement,
-                 const std::string& warm_start) {
+                 const std::string& warm_start, const std::string& reward = "python") {
   const std::string out = ::ooze::testing::make_temp_dir("rl-demo-" + name);
   ::ooze::testing::Process run(
       {"/bin/bash", std::string(OOZE_SOURCE_DIR) + "/examples/demo/run.sh", out},
       {{"BUILD_DIR", ::ooze::testing::build_path("")},
        {"NUM_ROLLOUT", "100"},
        {"PLACEMENT_ARGS", placement},
-       {"WARM_START", warm_start}},
+       {"WARM_START", warm_start},
+       {"REWARD", reward}},
       out + ".log");
   const ::ooze::testing::ExitStatus status = run.wait(600s);
   EXPECT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << run.output();
@@ -96,12 +99,13 @@ TEST(RlDemoTest, GrpoInEveryPlacementPpoAndAsyncGrpoRaiseTheEvalReward) {
   EXPECT_TRUE(std::filesystem::exists(first.out + "/grpo/plots/eval_add.png"));
   EXPECT_FALSE(std::filesystem::is_empty(first.out + "/grpo/tensorboard"));
 
+  // The first run scored samples with the Python reward; one of these with the C++ plugin.
   const std::string warm_start = first.out + "/sft/model";
-  for (const auto& [name, placement] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [name, placement, reward] : std::vector<std::array<std::string, 3>>{
            {"one-rank-one-engine-colocated",
-            "--actor-num-gpus-per-node 1 --rollout-num-gpus 1 --colocate"},
-           {"one-rank-two-engines", "--actor-num-gpus-per-node 1 --rollout-num-gpus 2"}}) {
-    const DemoRun run = run_demo(name, placement, warm_start);
+            "--actor-num-gpus-per-node 1 --rollout-num-gpus 1 --colocate", "python"},
+           {"one-rank-two-engines", "--actor-num-gpus-per-node 1 --rollout-num-gpus 2", "cpp"}}) {
+    const DemoRun run = run_demo(name, placement, warm_start, reward);
     ASSERT_EQ(run.eval.size(), 2u) << name;
     // The same warm start, the same prompts and sampling seeds: the same starting level.
     EXPECT_NEAR(run.eval[0], first.eval[0], 0.1) << name;

@@ -1,0 +1,201 @@
+"""How ooze's C++ side runs users' hooks; hooks never import this.
+
+C++ hands samples over as JSON text and gets JSON text back, so the hook sees plain Python
+objects it may change freely, and what comes back is checked here, where the Python types are
+still known, with errors that name the hook, the sample and what was expected.
+
+Async hooks run on one asyncio event loop on its own thread: the rewards of a rollout are all
+submitted at once and overlap. Sync hooks run on the caller's thread (ooze's reward threads);
+the GIL is released whenever they wait on I/O or sleep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import json
+import math
+import numbers
+import os
+import threading
+import traceback
+
+import ooze
+
+from .function_path import HookLoadError, load_function
+from .sample import Sample
+
+
+_NOT_USERS = (
+    os.path.dirname(__file__) + os.sep,
+    os.path.dirname(importlib.__file__) + os.sep,
+    "<frozen importlib",
+)
+
+
+class HookError(Exception):
+    """What ooze reports when a hook cannot load, raises, or returns the wrong thing."""
+
+
+class Hook:
+    def __init__(self, function, path: str, flag: str):
+        self.function = function
+        self.name = f"{flag} {path}"
+        self.is_async = _is_async(function)
+
+
+def _is_async(function) -> bool:
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        getattr(function, "__call__", None)
+    )
+
+
+def _traceback(error: BaseException) -> str:
+    """The traceback from the user's own frames down (ooze's and the importer's say nothing)."""
+    frames = error.__traceback__
+    while frames is not None and frames.tb_frame.f_code.co_filename.startswith(_NOT_USERS):
+        frames = frames.tb_next
+    return "".join(traceback.format_exception(type(error), error, frames)).rstrip()
+
+
+def load_hook(path: str, flag: str, parameters_json: str) -> Hook:
+    """Loads `path` for `flag` and checks that it can be called with `parameters`."""
+    parameters = json.loads(parameters_json)
+    try:
+        function = load_function(path)
+    except HookLoadError as error:
+        raise HookError(f"{flag} {path}: {error}") from None
+    except BaseException as error:
+        raise HookError(f"{flag} {path}: importing it raised\n{_traceback(error)}") from None
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # some builtins have none: nothing to check
+        return Hook(function, path, flag)
+    try:
+        signature.bind(*parameters)
+    except TypeError as error:
+        raise HookError(
+            f"{flag} {path}: ooze calls it as {path}({', '.join(parameters)}), but it is "
+            f"declared ({', '.join(signature.parameters)}): {error}"
+        ) from None
+    return Hook(function, path, flag)
+
+
+# --- the run's flags -------------------------------------------------------------------------
+
+_args = argparse.Namespace()
+
+
+def set_args(flags_json: str) -> None:
+    """Every flag of the run, under Slime's underscore names: `args` of every hook, `ooze.args`."""
+    global _args
+    _args = argparse.Namespace(**json.loads(flags_json))
+    ooze.args = _args
+
+
+# --- the event loop --------------------------------------------------------------------------
+
+_loop = None
+_loop_lock = threading.Lock()
+
+
+def _event_loop():
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="ooze-hooks", daemon=True).start()
+            _loop = loop
+    return _loop
+
+
+def _wait(awaitable):
+    """Runs `awaitable` on the hooks' loop; the caller waits with the GIL released."""
+
+    async def run():
+        return await awaitable
+
+    return asyncio.run_coroutine_threadsafe(run(), _event_loop()).result()
+
+
+# --- rewards ---------------------------------------------------------------------------------
+
+
+def _checked_reward(value):
+    """The reward as JSON can carry it; raises ValueError saying what was expected."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r}, but a reward must be a finite number")
+        return value if isinstance(value, (int, float)) else float(value)
+    if isinstance(value, dict):
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"a dict ooze cannot store ({error}): {value!r:.200}") from None
+        return value
+    raise ValueError(
+        f"a {type(value).__name__} ({value!r:.80}), but a reward is a number or a dict of them"
+    )
+
+
+def _where(sample: Sample) -> str:
+    return f"sample {sample.index} (group {sample.group_index})"
+
+
+def _outcome(hook: Hook, sample: Sample, value):
+    """[True, reward] or [False, what went wrong]."""
+    if isinstance(value, BaseException):
+        return [False, f"{hook.name} raised on {_where(sample)}:\n{_traceback(value)}"]
+    try:
+        return [True, _checked_reward(value)]
+    except ValueError as error:
+        return [False, f"{hook.name} on {_where(sample)} returned {error}"]
+
+
+def reward_each(hook: Hook, samples_json: str) -> str:
+    """Scores each sample with `hook(args, sample)`; one outcome per sample, in order.
+
+    An async hook's calls are all awaited at once; a sync hook's run one after the other (ooze
+    spreads samples over its reward threads).
+    """
+    samples = [Sample.from_dict(data) for data in json.loads(samples_json)]
+    if hook.is_async:
+
+        async def score_all():
+            return await asyncio.gather(
+                *(hook.function(_args, sample) for sample in samples), return_exceptions=True
+            )
+
+        values = _wait(score_all())
+    else:
+        values = []
+        for sample in samples:
+            try:
+                value = hook.function(_args, sample)
+                values.append(_wait(value) if inspect.isawaitable(value) else value)
+            except Exception as error:
+                values.append(error)
+    return json.dumps([_outcome(hook, sample, value) for sample, value in zip(samples, values)])
+
+
+def reward_batch(hook: Hook, samples_json: str) -> str:
+    """Scores the samples with one call, `hook(args, samples) -> list`; one outcome per sample."""
+    samples = [Sample.from_dict(data) for data in json.loads(samples_json)]
+    try:
+        values = hook.function(_args, samples)
+        if inspect.isawaitable(values):
+            values = _wait(values)
+    except Exception as error:
+        failure = f"{hook.name} raised on the {len(samples)} samples of " + (
+            f"group {samples[0].group_index}" if samples else "an empty batch"
+        )
+        return json.dumps([[False, f"{failure}:\n{_traceback(error)}"]] * len(samples))
+    if not isinstance(values, (list, tuple)) or len(values) != len(samples):
+        got = f"{len(values)} values" if isinstance(values, (list, tuple)) else repr(values)[:80]
+        failure = f"{hook.name} returned {got} for {len(samples)} samples (one reward each)"
+        return json.dumps([[False, failure]] * len(samples))
+    return json.dumps([_outcome(hook, sample, value) for sample, value in zip(samples, values)])
