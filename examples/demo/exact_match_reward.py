@@ -9,3 +9,8 @@
 
 def exact_match(args, sample):
     return 1.0 if sample.response.strip() == (sample.label or "").strip() else 0.0
+
+
+async def exact_match_async(args, sample):
+    """The same reward as a coroutine (bench/python_reward_bench.cpp measures both forms)."""
+    return exact_match(args, sample)
