@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "rollout/rewards/python_unicode.h"
 #include "rollout/rewards/reward_text.h"
 
 namespace ooze::rollout {
@@ -109,14 +110,6 @@ std::string brace_shorthand(const std::string& text, const std::string& name, in
   return result;
 }
 
-bool all_digits(const std::string& text) {
-  if (text.empty()) return false;
-  for (char c : text) {
-    if (!is_ascii_digit(c)) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 std::string extract_dapo_answer(const std::string& response) {
@@ -219,7 +212,8 @@ std::string normalize_dapo_answer(const std::string& answer) {
   s = brace_shorthand(s, "frac", 2);
   s = brace_shorthand(s, "sqrt", 1);
   s = replace_all(s, "$", "");
-  if (all_digits(replace_all(s, ",", ""))) s = replace_all(s, ",", "");
+  // str.isdigit: digits of any script ("１,０００"), and ² too.
+  if (is_python_digit_text(replace_all(s, ",", ""))) s = replace_all(s, ",", "");
   return trim_ascii(s);
 }
 

@@ -1,43 +1,66 @@
 #include "rollout/rewards/f1_reward.h"
 
+#include <cstring>
 #include <unordered_map>
 #include <vector>
 
-#include "rollout/rewards/reward_text.h"
+#include "rollout/rewards/python_unicode.h"
 
 namespace ooze::rollout {
 namespace {
 
+// Python's string.punctuation.
 bool is_ascii_punctuation(char c) {
   return (c >= '!' && c <= '/') || (c >= ':' && c <= '@') || (c >= '[' && c <= '`') ||
          (c >= '{' && c <= '~');
 }
 
-std::vector<std::string> whitespace_tokens(const std::string& text) {
-  std::vector<std::string> tokens;
-  std::string current;
-  for (char c : text) {
-    if (is_ascii_space(c)) {
-      if (!current.empty()) tokens.push_back(std::move(current));
-      current.clear();
-    } else {
-      current += c;
+bool word_character_at(const std::string& text, size_t pos) {
+  return pos < text.size() && is_python_word(code_point_at(text, pos).value);
+}
+
+// re.sub(r"\b(a|an|the)\b", " ", text), with Python's \b: a boundary between a word character
+// (a letter, digit or numeral of any script, or _) and anything else. So "l’a" and "the—end"
+// lose their article while "theory" and "aé" keep it; combining marks are not word characters.
+std::string replace_articles(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool after_word = false;  // whether the character before `pos` is a word character
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (!after_word) {
+      bool replaced = false;
+      for (const char* article : {"a", "an", "the"}) {
+        const size_t length = std::strlen(article);
+        if (text.compare(pos, length, article) == 0 && !word_character_at(text, pos + length)) {
+          out += ' ';
+          pos += length;
+          replaced = true;
+          break;
+        }
+      }
+      if (replaced) {
+        after_word = true;
+        continue;
+      }
     }
+    const CodePoint c = code_point_at(text, pos);
+    out.append(text, pos, c.length);
+    after_word = is_python_word(c.value);
+    pos += c.length;
   }
-  if (!current.empty()) tokens.push_back(std::move(current));
-  return tokens;
+  return out;
 }
 
 }  // namespace
 
 std::string normalize_squad_answer(const std::string& text) {
   std::string kept;
-  for (char c : to_lower_ascii(text)) {
+  for (char c : python_lower(text)) {
     if (!is_ascii_punctuation(c)) kept += c;
   }
   std::string normalized;
-  for (const std::string& token : whitespace_tokens(kept)) {
-    if (token == "a" || token == "an" || token == "the") continue;
+  for (const std::string& token : python_split(replace_articles(kept))) {
     if (!normalized.empty()) normalized += ' ';
     normalized += token;
   }
@@ -50,8 +73,8 @@ TokenF1 token_f1(const std::string& prediction, const std::string& ground_truth)
   for (const char* special : {"yes", "no", "noanswer"}) {
     if ((predicted == special || truth == special) && predicted != truth) return {};
   }
-  const std::vector<std::string> predicted_tokens = whitespace_tokens(predicted);
-  const std::vector<std::string> truth_tokens = whitespace_tokens(truth);
+  const std::vector<std::string> predicted_tokens = python_split(predicted);
+  const std::vector<std::string> truth_tokens = python_split(truth);
   std::unordered_map<std::string, int> truth_counts;
   for (const std::string& token : truth_tokens) ++truth_counts[token];
   int common = 0;

@@ -11,8 +11,10 @@ struct TokenF1 {
   double recall = 0;
 };
 
-// SQuAD's answer normal form: lower case, ASCII punctuation removed, the articles a / an / the
-// removed, whitespace collapsed to single spaces.
+// SQuAD's answer normal form with Python's str rules (python_unicode.h): lower case in any
+// script (ZÜRICH -> zürich), ASCII punctuation removed (string.punctuation), the articles a / an
+// / the removed where re's \b sees a word boundary, whitespace (U+00A0 and U+3000 too) collapsed
+// to single spaces.
 std::string normalize_squad_answer(const std::string& text);
 
 // Token F1 of the normalised texts (tokens counted with multiplicity). A "yes", "no" or

@@ -9,6 +9,7 @@
 
 #include "rollout/rewards/latex_to_text.h"
 #include "rollout/rewards/math_normalization.h"
+#include "rollout/rewards/python_unicode.h"
 #include "rollout/rewards/reward_text.h"
 
 namespace ooze::rollout {
@@ -369,6 +370,9 @@ class ExpressionParser {
     }
     if (static_cast<unsigned char>(c) >= 0x80) {
       const size_t length = utf8_sequence_length(text_, pos_);
+      // Slime's sympy parser reads Python syntax, where a digit outside ASCII (４, ٤) is an
+      // invalid character: the whole check fails rather than reading it as a variable.
+      if (python_decimal_value(code_point_at(text_, pos_).value) >= 0) throw NotAnExpression{};
       const std::string letter = text_.substr(pos_, length);
       pos_ += length;
       return variable(letter);  // a Greek letter or another symbol

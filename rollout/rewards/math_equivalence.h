@@ -26,7 +26,8 @@ constexpr int kMaxSymbolicPowerBits = 20000;
 // −, and LaTeX (\frac, \sqrt[n], \cdot, \times, \pi, ..., through rollout/rewards/latex_to_text.h).
 // Equal when (a - b).normal() is 0, or when a - b is numerically 0 (relative 1e-20 at 30 digits):
 // as a constant, or at three fixed points of its variables (identities normal() cannot see, such as
-// sin^2 + cos^2 = 1). False for anything it cannot parse; never throws.
+// sin^2 + cos^2 = 1). False for anything it cannot parse, digits outside ASCII (４) included, as
+// Python's parser rejects them; never throws.
 bool symbolically_equal(const std::string& a, const std::string& b);
 
 // Slime's tuple split: "(1, 2)" and "[1, 3)" -> their trimmed elements (brackets nested inside

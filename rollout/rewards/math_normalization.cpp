@@ -1,10 +1,12 @@
 #include "rollout/rewards/math_normalization.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <vector>
 
 #include "rollout/rewards/latex_to_text.h"
+#include "rollout/rewards/python_unicode.h"
 #include "rollout/rewards/reward_text.h"
 
 namespace ooze::rollout {
@@ -244,27 +246,37 @@ std::string strip_math_answer(const std::string& answer) {
 }
 
 std::string strip_thousands_separators(const std::string& text) {
+  // Slime's (\d)(,)(\d\d\d)($|\D), whose \d is any Unicode decimal digit, over code points.
   // Each pass removes the separators a left-to-right scan finds; a separator consumed as the
   // terminator of the previous match waits for the next pass. Bounded: real numbers need a few.
   std::string current = text;
-  for (int pass = 0; pass < 64; ++pass) {
+  for (int pass = 0; pass < 64 && contains(current, ","); ++pass) {
+    struct Character {
+      size_t begin;
+      size_t length;
+      bool digit;
+    };
+    std::vector<Character> characters;
+    for (size_t pos = 0; pos < current.size();) {
+      const CodePoint c = code_point_at(current, pos);
+      characters.push_back({pos, c.length, python_decimal_value(c.value) >= 0});
+      pos += c.length;
+    }
+    const auto digit = [&](size_t k) { return characters[k].digit; };
     std::string next;
     next.reserve(current.size());
     size_t i = 0;
-    const size_t n = current.size();
+    const size_t n = characters.size();
     while (i < n) {
-      const bool match = i + 4 < n && is_ascii_digit(current[i]) && current[i + 1] == ',' &&
-                         is_ascii_digit(current[i + 2]) && is_ascii_digit(current[i + 3]) &&
-                         is_ascii_digit(current[i + 4]) &&
-                         (i + 5 == n || !is_ascii_digit(current[i + 5]));
-      if (match) {
-        next += current[i];
-        next.append(current, i + 2, 3);
-        if (i + 5 < n) next += current[i + 5];
-        i += 6;
-      } else {
-        next += current[i++];
+      const bool match = i + 4 < n && digit(i) && current[characters[i + 1].begin] == ',' &&
+                         digit(i + 2) && digit(i + 3) && digit(i + 4) &&
+                         (i + 5 == n || !digit(i + 5));
+      // The comma goes; the digits and the terminator stay.
+      const size_t end = match ? std::min(i + 6, n) : i + 1;
+      for (size_t k = i; k < end; ++k) {
+        if (!(match && k == i + 1)) next.append(current, characters[k].begin, characters[k].length);
       }
+      i = end;
     }
     if (next == current) break;
     current = std::move(next);

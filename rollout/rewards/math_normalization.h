@@ -24,10 +24,11 @@ std::string normalize_math_answer(const std::string& answer);
 
 // Removes thousands separators: a comma between a digit and exactly three digits that are not
 // followed by another digit, repeatedly ("1,000,000" -> "1000000"); "(1,2)" keeps its comma.
+// Digits are Unicode decimal digits, as Python's re reads \d ("１,０００" -> "１０００").
 std::string strip_thousands_separators(const std::string& text);
 
 // Whether `text` is a number within 1e-7 of an integer once thousands separators are removed
-// ("1,000", "12", "3.0"), and that integer's digits.
+// ("1,000", "12", "3.0", "٣"), and that integer's ASCII digits.
 bool is_integer_text(const std::string& text);
 std::string integer_digits(const std::string& text);
 

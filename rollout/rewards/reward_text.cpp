@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "rollout/rewards/python_unicode.h"
+
 namespace ooze::rollout {
 
 bool is_ascii_space(char c) {
@@ -101,7 +103,27 @@ std::string last_code_points(const std::string& text, size_t count) {
 }
 
 std::optional<double> parse_python_float(const std::string& text) {
-  const std::string body = trim_ascii(text);
+  // Python reads other characters as ASCII first: whitespace as a space, a decimal digit of any
+  // script as its ASCII digit; any other non-ASCII character makes the text invalid.
+  std::string ascii;
+  ascii.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    if (static_cast<unsigned char>(text[pos]) < 0x80) {
+      ascii += text[pos++];
+      continue;
+    }
+    const CodePoint c = code_point_at(text, pos);
+    const int digit = python_decimal_value(c.value);
+    if (is_python_space(c.value)) {
+      ascii += ' ';
+    } else if (digit >= 0) {
+      ascii += static_cast<char>('0' + digit);
+    } else {
+      return std::nullopt;
+    }
+    pos += c.length;
+  }
+  const std::string body = trim_ascii(ascii);
   size_t i = 0;
   if (i < body.size() && (body[i] == '+' || body[i] == '-')) ++i;
   const std::string word = to_lower_ascii(body.substr(i));

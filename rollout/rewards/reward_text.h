@@ -1,6 +1,6 @@
-// Text primitives the reward rules share: ASCII case and whitespace (the rules' Python originals
-// apply str.lower / str.strip; ooze folds ASCII only), replace-all, UTF-8 code point boundaries,
-// and Python's float() syntax.
+// Text primitives the reward rules share: ASCII case and whitespace (Python's Unicode str.lower
+// and str.split are in python_unicode.h), replace-all, UTF-8 code point boundaries, and Python's
+// float() syntax.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +35,9 @@ size_t code_point_count(const std::string& text);
 std::string last_code_points(const std::string& text, size_t count);
 
 // Python's float(text): surrounding whitespace, a sign, digits with an optional point and
-// exponent, or inf / infinity / nan in any case. nullopt when Python would raise.
+// exponent, or inf / infinity / nan in any case. nullopt when Python would raise. As in Python,
+// digits are any Unicode decimal digits (float("４٢") == 42.0) and non-ASCII whitespace
+// (U+00A0, U+3000, ...) counts as whitespace.
 std::optional<double> parse_python_float(const std::string& text);
 
 // Python's str(int(value)) for a finite, integral double: its exact decimal digits, "0" for -0.

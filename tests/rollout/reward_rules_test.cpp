@@ -125,11 +125,15 @@ TEST(MathNormalization, LooserPlainTextForm) {
 TEST(MathNormalization, ThousandsSeparatorsAndNumberShapes) {
   EXPECT_EQ(strip_thousands_separators("1,234,567 and (1,2)"), "1234567 and (1,2)");
   EXPECT_EQ(strip_thousands_separators("1,2345"), "1,2345");
+  EXPECT_EQ(strip_thousands_separators("１,０００ and ٤,٢"), "１０００ and ٤,٢");  // any script
   EXPECT_TRUE(is_integer_text("1,000"));
   EXPECT_TRUE(is_integer_text("3.0"));
   EXPECT_FALSE(is_integer_text("3.5"));
   EXPECT_FALSE(is_integer_text("4/2"));
   EXPECT_FALSE(is_integer_text("inf"));
+  EXPECT_TRUE(is_integer_text("٣"));
+  EXPECT_FALSE(is_integer_text("²"));
+  EXPECT_EQ(integer_digits("１,２３４"), "1234");
   EXPECT_EQ(integer_digits("2.99999999"), "3");
   EXPECT_TRUE(is_fraction_text("1/2"));
   EXPECT_TRUE(is_fraction_text("-12/05"));
@@ -235,6 +239,8 @@ TEST(MathReward, Table) {
           {"The answer is 5.", "5", 0},                 // no box
           {"\\boxed{\\frac{1}{2}", "\\frac{1}{2}", 0},  // the box never closes
           {"\\boxed{7}", "", 0},                        // no label
+          {"\\boxed{４２}", "42", 1},                   // decimal digits of any script
+          {"\\boxed{²}", "2", 0},                       // a superscript is no decimal digit
       });
 }
 
@@ -274,6 +280,7 @@ TEST(DapoReward, Table) {
       {"it is \\boxed{42}", "42", -1, "[INVALID]"},
       {"Answer: 9\n" + std::string(400, 'x'), "9", -1, "[INVALID]"},  // beyond the last 300
       {"Answer: \\frac{1}{2}", "\\frac{1}{2}", 1, "\\frac{1}{2}"},    // a non-numeric label
+      {"Answer: 42", "٤٢", 1, "42"},                                  // float() reads any digits
   };
   for (const Case& c : cases) {
     const nlohmann::json reward = score_builtin_reward("dapo", make_sample(c.response, c.label));
@@ -308,6 +315,8 @@ TEST(F1Reward, Table) {
       {"noanswer", "yes", 0, 0, 0},
       {"yes it is", "yes", 0, 0, 0},  // the bare "yes" label matches only "yes"
       {"", "anything", 0, 0, 0},
+      {"ZÜRICH", "Zürich", 1, 1, 1},           // lower case in any script
+      {"New\u00a0York", "new york", 1, 1, 1},  // Unicode whitespace splits
   };
   for (const Case& c : cases) {
     const TokenF1 f1 = token_f1(c.prediction, c.truth);
@@ -317,6 +326,7 @@ TEST(F1Reward, Table) {
     EXPECT_NEAR(score("f1", c.prediction, c.truth), c.f1, 1e-12) << c.prediction;
   }
   EXPECT_EQ(normalize_squad_answer("  The  QUICK, brown fox! "), "quick brown fox");
+  EXPECT_EQ(normalize_squad_answer("ΟΔΟΣ\u3000the—end"), "οδος —end");
 }
 
 TEST(GpqaReward, Table) {
