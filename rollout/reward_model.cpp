@@ -86,6 +86,40 @@ nlohmann::json RewardModel::score(const Sample& sample) const {
   return copy.reward;
 }
 
+void RewardModel::score_in_python(const std::vector<Sample*>& samples,
+                                  std::vector<std::exception_ptr>& failures) const {
+  // `samples[begin, end)` through one call of the hook operation.
+  const auto score_range = [&](const char* operation, size_t begin, size_t end) {
+    try {
+      nlohmann::json list = nlohmann::json::array();
+      for (size_t i = begin; i < end; ++i) list.push_back(sample_to_json(*samples[i]));
+      const nlohmann::json answer = python_->call(operation, list);
+      take_python_outcomes(answer.at("outcomes"), samples, failures, begin);
+      if (answer.contains("seconds")) {
+        python_seconds_per_sample_ =
+            answer["seconds"].get<double>() / static_cast<double>(end - begin);
+      }
+    } catch (const std::exception&) {
+      std::fill(failures.begin() + begin, failures.begin() + end, std::current_exception());
+    }
+  };
+  // One call: the batch, or every coroutine at once on the hooks' event loop.
+  if (batched_ || python_->is_async()) {
+    score_range(batched_ ? "reward_batch" : "reward_each", 0, samples.size());
+    return;
+  }
+  // A plain function holds its thread. Quick ones run one after the other in one call: handing
+  // the GIL from thread to thread costs more than they do. Slow ones (waiting on I/O or
+  // sleeping, which releases the GIL) are spread over the reward threads, as are the first
+  // calls, before their time is known.
+  const double seconds_per_sample = python_seconds_per_sample_;
+  if (seconds_per_sample >= 0 && seconds_per_sample < kQuickPythonReward) {
+    score_range("reward_each", 0, samples.size());
+    return;
+  }
+  pool_->run_all(samples.size(), [&](size_t i) { score_range("reward_each", i, i + 1); });
+}
+
 void RewardModel::take_python_outcomes(const nlohmann::json& outcomes,
                                        const std::vector<Sample*>& samples,
                                        std::vector<std::exception_ptr>& failures, size_t first) {
@@ -103,27 +137,7 @@ std::vector<std::exception_ptr> RewardModel::try_score(const std::vector<Sample*
   std::vector<std::exception_ptr> failures(samples.size());
   if (samples.empty()) return failures;
   if (python_) {
-    const auto as_json = [&](size_t begin, size_t end) {
-      nlohmann::json list = nlohmann::json::array();
-      for (size_t i = begin; i < end; ++i) list.push_back(sample_to_json(*samples[i]));
-      return list;
-    };
-    if (batched_ || python_->is_async()) {
-      // One call: the batch, or every coroutine at once on the hooks' event loop.
-      const nlohmann::json outcomes =
-          python_->call(batched_ ? "reward_batch" : "reward_each", as_json(0, samples.size()));
-      take_python_outcomes(outcomes, samples, failures, 0);
-    } else {
-      // A plain function blocks its thread (and, outside I/O and sleeps, the GIL).
-      pool_->run_all(samples.size(), [&](size_t i) {
-        try {
-          take_python_outcomes(python_->call("reward_each", as_json(i, i + 1)), samples, failures,
-                               i);
-        } catch (const std::exception&) {
-          failures[i] = std::current_exception();
-        }
-      });
-    }
+    score_in_python(samples, failures);
     return failures;
   }
   if (batched_) {

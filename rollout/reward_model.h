@@ -16,6 +16,7 @@
 // sample and where its reward came from (with a Python function, its traceback).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -79,6 +80,8 @@ class RewardModel {
 
  private:
   nlohmann::json score_one(const Sample& sample) const;
+  void score_in_python(const std::vector<Sample*>& samples,
+                       std::vector<std::exception_ptr>& failures) const;
   // The hook's outcomes ([ok, reward or message] per sample) into rewards and failures.
   static void take_python_outcomes(const nlohmann::json& outcomes,
                                    const std::vector<Sample*>& samples,
@@ -89,6 +92,10 @@ class RewardModel {
   bool batched_ = false;
   std::optional<PluginFunction> plugin_;
   std::optional<python::PythonHook> python_;
+  // A plain Python function's latest time per sample (-1 until measured); below
+  // kQuickPythonReward its calls are not spread over threads.
+  static constexpr double kQuickPythonReward = 100e-6;
+  mutable std::atomic<double> python_seconds_per_sample_{-1};
   std::unique_ptr<RemoteReward> remote_;
   std::unique_ptr<ThreadPool> pool_;
 };

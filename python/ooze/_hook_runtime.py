@@ -20,6 +20,7 @@ import math
 import numbers
 import os
 import threading
+import time
 import traceback
 
 import ooze
@@ -157,12 +158,14 @@ def _outcome(hook: Hook, sample: Sample, value):
 
 
 def reward_each(hook: Hook, samples_json: str) -> str:
-    """Scores each sample with `hook(args, sample)`; one outcome per sample, in order.
+    """Scores each sample with `hook(args, sample)`: {"outcomes": one per sample, in order,
+    "seconds": the time spent in the hook}.
 
     An async hook's calls are all awaited at once; a sync hook's run one after the other (ooze
-    spreads samples over its reward threads).
+    spreads slow ones over its reward threads).
     """
     samples = [Sample.from_dict(data) for data in json.loads(samples_json)]
+    start = time.perf_counter()
     if hook.is_async:
 
         async def score_all():
@@ -179,11 +182,14 @@ def reward_each(hook: Hook, samples_json: str) -> str:
                 values.append(_wait(value) if inspect.isawaitable(value) else value)
             except Exception as error:
                 values.append(error)
-    return json.dumps([_outcome(hook, sample, value) for sample, value in zip(samples, values)])
+    seconds = time.perf_counter() - start
+    outcomes = [_outcome(hook, sample, value) for sample, value in zip(samples, values)]
+    return json.dumps({"outcomes": outcomes, "seconds": seconds})
 
 
 def reward_batch(hook: Hook, samples_json: str) -> str:
-    """Scores the samples with one call, `hook(args, samples) -> list`; one outcome per sample."""
+    """Scores the samples with one call, `hook(args, samples) -> list`: {"outcomes": one per
+    sample}."""
     samples = [Sample.from_dict(data) for data in json.loads(samples_json)]
     try:
         values = hook.function(_args, samples)
@@ -193,9 +199,9 @@ def reward_batch(hook: Hook, samples_json: str) -> str:
         failure = f"{hook.name} raised on the {len(samples)} samples of " + (
             f"group {samples[0].group_index}" if samples else "an empty batch"
         )
-        return json.dumps([[False, f"{failure}:\n{_traceback(error)}"]] * len(samples))
+        return json.dumps({"outcomes": [[False, f"{failure}:\n{_traceback(error)}"]] * len(samples)})
     if not isinstance(values, (list, tuple)) or len(values) != len(samples):
         got = f"{len(values)} values" if isinstance(values, (list, tuple)) else repr(values)[:80]
         failure = f"{hook.name} returned {got} for {len(samples)} samples (one reward each)"
-        return json.dumps([[False, failure]] * len(samples))
-    return json.dumps([_outcome(hook, sample, value) for sample, value in zip(samples, values)])
+        return json.dumps({"outcomes": [[False, failure]] * len(samples)})
+    return json.dumps({"outcomes": [_outcome(hook, s, v) for s, v in zip(samples, values)]})

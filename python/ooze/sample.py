@@ -60,13 +60,11 @@ class Sample:
     @staticmethod
     def from_dict(data: dict) -> "Sample":
         """Builds a sample from to_dict()'s form; keys Sample does not declare become attributes."""
-        known = {field.name for field in dataclasses.fields(Sample)}
-        sample = Sample(**{key: value for key, value in data.items() if key in known})
+        sample = Sample(**{key: value for key, value in data.items() if key in _FIELD_NAMES})
         if isinstance(sample.status, str):
             sample.status = Sample.Status(sample.status)
-        for key, value in data.items():
-            if key not in known:
-                setattr(sample, key, value)
+        for key in data.keys() - _FIELD_NAMES:
+            setattr(sample, key, data[key])
         return sample
 
     def get_reward_value(self, args) -> float:
@@ -77,3 +75,6 @@ class Sample:
     @property
     def effective_response_length(self) -> int:
         return sum(self.loss_mask) if self.loss_mask is not None else self.response_length
+
+
+_FIELD_NAMES = frozenset(field.name for field in dataclasses.fields(Sample))

@@ -50,7 +50,7 @@ TEST(PythonHookTest, EverySpellingCallsTheSameFunction) {
                                   std::string("rewards:token_f1")}) {
     const PythonHook hook = PythonHook::load(path, "--custom-rm-path", kRewardParameters);
     EXPECT_FALSE(hook.is_async()) << path;
-    const nlohmann::json outcomes = hook.call("reward_each", samples);
+    const nlohmann::json outcomes = hook.call("reward_each", samples).at("outcomes");
     ASSERT_EQ(outcomes.size(), 1u) << path;
     EXPECT_EQ(outcomes[0][0], true) << outcomes.dump();
     EXPECT_DOUBLE_EQ(outcomes[0][1].get<double>(), 0.5) << path;  // 1 of 3 words, 1 of 1
@@ -89,9 +89,11 @@ TEST(PythonHookTest, ArgsAreTheRunsFlags) {
   set_hook_args({{"n_samples_per_prompt", 8}, {"rm_type", ""}});
   const PythonHook hook =
       PythonHook::load(kHooks + "/rewards.py:flags", "--custom-rm-path", kRewardParameters);
-  EXPECT_EQ(hook.call("reward_each", nlohmann::json::array({a_sample("x", "y")}))[0][1], 8.0);
+  EXPECT_EQ(hook.call("reward_each", nlohmann::json::array({a_sample("x", "y")}))["outcomes"][0][1],
+            8.0);
   set_hook_args({{"n_samples_per_prompt", 16}});  // a later run's flags replace them
-  EXPECT_EQ(hook.call("reward_each", nlohmann::json::array({a_sample("x", "y")}))[0][1], 16.0);
+  EXPECT_EQ(hook.call("reward_each", nlohmann::json::array({a_sample("x", "y")}))["outcomes"][0][1],
+            16.0);
 }
 
 }  // namespace python_hook_test
