@@ -1,5 +1,8 @@
 #include "rollout/group_filter.h"
 
+#include "python/hook_path.h"
+#include "rollout/sample_json.h"
+
 namespace ooze::rollout {
 
 plugin::FilterDecision keep_nonzero_reward_std(const std::vector<Sample>& group,
@@ -12,13 +15,24 @@ plugin::FilterDecision keep_nonzero_reward_std(const std::vector<Sample>& group,
 
 GroupFilter::GroupFilter(const std::string& path, std::string reward_key)
     : path_(path), reward_key_(std::move(reward_key)) {
-  if (path_ != "nonzero_std") {
+  if (path_ == "nonzero_std") return;
+  if (python::hook_path_kind(path_) == python::HookPathKind::kPython) {
+    python_ =
+        python::PythonHook::load(path_, "--dynamic-sampling-filter-path", {"args", "samples"});
+  } else {
     plugin_ =
         PluginFunction::load(path_, plugin::Kind::kGroupFilter, "--dynamic-sampling-filter-path");
   }
 }
 
 plugin::FilterDecision GroupFilter::decide(const std::vector<Sample>& group) const {
+  if (python_) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (const Sample& sample : group) samples.push_back(sample_to_json(sample));
+    const nlohmann::json verdict = python_->call("filter_group", samples);
+    const std::string reason = verdict.at("reason").get<std::string>();
+    return {verdict.at("keep").get<bool>(), reason.empty() ? "filtered" : reason};
+  }
   if (plugin_) {
     plugin::FilterDecision decision = plugin_->filter_group(group);
     if (!decision.keep && decision.reason.empty()) decision.reason = "filtered";

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/logging.h"
+#include "python/hook_path.h"
 #include "rollout/sample_json.h"
 
 namespace ooze::rollout {
@@ -286,8 +287,14 @@ RolloutManager::RolloutManager(RolloutOptions options, PromptSource& source,
     if (!options_.partial_rollout) {
       throw ConfigError("--buffer-filter-path needs --partial-rollout (there is no buffer)");
     }
-    buffer_filter_ = PluginFunction::load(options_.buffer_filter_path, plugin::Kind::kBufferFilter,
-                                          "--buffer-filter-path");
+    if (python::hook_path_kind(options_.buffer_filter_path) == python::HookPathKind::kPython) {
+      python_buffer_filter_ =
+          python::PythonHook::load(options_.buffer_filter_path, "--buffer-filter-path",
+                                   {"args", "rollout_id", "buffer", "num_samples"});
+    } else {
+      buffer_filter_ = PluginFunction::load(options_.buffer_filter_path,
+                                            plugin::Kind::kBufferFilter, "--buffer-filter-path");
+    }
   }
   if (!options_.custom_generate_function_path.empty()) {
     custom_generate_ =
@@ -314,8 +321,22 @@ std::vector<std::vector<Sample>> RolloutManager::draw_groups(int64_t count) {
 
 std::vector<std::vector<Sample>> RolloutManager::take_from_buffer(int64_t max_groups) {
   if (buffer_.empty() || max_groups <= 0) return {};
-  if (buffer_filter_) {
-    std::vector<std::vector<Sample>> taken = buffer_filter_->filter_buffer(buffer_, max_groups);
+  if (buffer_filter_ || python_buffer_filter_) {
+    std::vector<std::vector<Sample>> taken;
+    if (python_buffer_filter_) {
+      // The function removes what it takes from the buffer, in place, as in Slime.
+      const nlohmann::json answer = python_buffer_filter_->call(
+          "filter_buffer", {{"buffer", groups_to_json(buffer_)}, {"num_samples", max_groups}});
+      try {
+        taken = groups_from_json(answer.at("taken"));
+        buffer_ = groups_from_json(answer.at("buffer"));
+      } catch (const FormatError& error) {
+        throw PluginError("--buffer-filter-path " + options_.buffer_filter_path +
+                          " handed back a sample ooze cannot take: " + error.what());
+      }
+    } else {
+      taken = buffer_filter_->filter_buffer(buffer_, max_groups);
+    }
     if (static_cast<int64_t>(taken.size()) > max_groups) {
       throw PluginError("--buffer-filter-path " + options_.buffer_filter_path + " returned " +
                         std::to_string(taken.size()) + " groups; at most " +

@@ -40,6 +40,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "python/python_hook.h"
 #include "rollout/group_filter.h"
 #include "rollout/plugin_function.h"
 #include "rollout/prompt_dataset.h"
@@ -114,6 +115,7 @@ class RolloutManager {
   RewardModel& rewards_;
   std::optional<GroupFilter> filter_;
   std::optional<PluginFunction> buffer_filter_;
+  std::optional<python::PythonHook> python_buffer_filter_;
   std::optional<PluginFunction> custom_generate_;
   std::vector<std::vector<Sample>> buffer_;
   std::atomic<bool> cancelled_{false};

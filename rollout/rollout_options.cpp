@@ -15,16 +15,18 @@ const OptionFields<RolloutOptions>& RolloutOptions::fields() {
           "Prompts started per round of dynamic sampling; 0: the rollout batch size.")
         .min(0);
     f.add("dynamic_sampling_filter_path", &O::dynamic_sampling_filter_path,
-          "Drop finished groups: nonzero_std (rewards that all agree), or lib.so:function; "
-          "empty: keep every group.");
+          "Drop finished groups: nonzero_std (rewards that all agree), your function "
+          "(pkg.mod.fn or file.py:fn, (args, samples) -> DynamicFilterOutput | bool), or "
+          "lib.so:function; empty: keep every group.");
     f.add("dynamic_sampling_max_rounds", &O::dynamic_sampling_max_rounds,
           "Rounds of over-sampling a rollout may draw before it gives up.")
         .min(1);
     f.add("partial_rollout", &O::partial_rollout,
           "Keep aborted groups and continue them in the next rollout.");
     f.add("buffer_filter_path", &O::buffer_filter_path,
-          "lib.so:function choosing the buffered groups a rollout continues; empty: oldest "
-          "first.");
+          "Your function choosing the buffered groups a rollout continues (pkg.mod.fn or "
+          "file.py:fn, (args, rollout_id, buffer, num_samples) -> groups, or lib.so:function); "
+          "empty: oldest first.");
     f.add("custom_generate_function_path", &O::custom_generate_function_path,
           "lib.so:function generating each sample (multi-turn, tools).");
     f.add("rollout_concurrency", &O::concurrency, "Engine requests in flight at once.").min(1);

@@ -22,10 +22,10 @@ struct RolloutOptions {
   int64_t rollout_batch_size = 32;           // groups handed to the trainer per rollout
   int64_t n_samples_per_prompt = 8;          // samples per group
   int64_t over_sampling_batch_size = 0;      // prompts started per round; 0: rollout_batch_size
-  std::string dynamic_sampling_filter_path;  // "", "nonzero_std", or "lib.so:function"
+  std::string dynamic_sampling_filter_path;  // "", "nonzero_std", or a Python or C++ function
   int64_t dynamic_sampling_max_rounds = 16;  // rounds of drawing before giving up
   bool partial_rollout = false;
-  std::string buffer_filter_path;             // "": oldest first; or "lib.so:function"
+  std::string buffer_filter_path;             // "": oldest first; or a Python or C++ function
   std::string custom_generate_function_path;  // "lib.so:function": multi-turn, tools
   int64_t concurrency = 512;                  // requests (or plugin calls) in flight at once
   double progress_interval_s = 30.0;          // progress lines during long rollouts; 0: none

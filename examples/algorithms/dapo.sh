@@ -2,8 +2,9 @@
 # DAPO on the CPU demo's task (single-digit addition, examples/demo): GRPO's advantages with
 #   - dynamic sampling: groups whose 16 rewards all agree (all right or all wrong) teach
 #     nothing and are dropped; more prompts are drawn, 24 per round, until 16 groups with a
-#     spread of rewards are kept (rollout/dynamic_filter/kept_groups, dropped_groups and
-#     drop_zero_std in metrics.jsonl);
+#     spread of rewards are kept (rollout/dynamic_filter/kept_groups, dropped_groups, and
+#     drop_zero_std_0.0 / drop_zero_std_1.0 in metrics.jsonl); the filter is a Python function,
+#     dapo_filter.py (--dynamic-sampling-filter-path nonzero_std is the same rule built in);
 #   - clip-higher: the ratio may rise to 1 + 0.28 but fall only to 1 - 0.2, so unlikely good
 #     answers can gain probability faster;
 #   - the token-level loss (token-mean), so long responses weigh by their tokens;
@@ -31,7 +32,8 @@ ROLLOUT_ARGS=(
   --num-rollout "$NUM_ROLLOUT" --rollout-batch-size 16 --n-samples-per-prompt 16
   --rollout-max-response-len 4 --rollout-temperature 1.0 --rollout-stop-token-ids 258
   --global-batch-size 128 --micro-batch-size 64
-  --over-sampling-batch-size 24 --dynamic-sampling-filter-path nonzero_std
+  --over-sampling-batch-size 24
+  --dynamic-sampling-filter-path "$here/dapo_filter.py:check_reward_nonzero_std"
 )
 EVAL_ARGS=(
   --eval-prompt-data add,"$TASK/eval.jsonl" --eval-interval "$EVAL_INTERVAL"

@@ -205,3 +205,67 @@ def reward_batch(hook: Hook, samples_json: str) -> str:
         failure = f"{hook.name} returned {got} for {len(samples)} samples (one reward each)"
         return json.dumps({"outcomes": [[False, failure]] * len(samples)})
     return json.dumps({"outcomes": [_outcome(hook, s, v) for s, v in zip(samples, values)]})
+
+
+# --- samples back to ooze --------------------------------------------------------------------
+
+# The fields ooze keeps of a sample a hook hands back (rollout/sample.h); Slime's others stay in
+# Python.
+_OOZE_FIELDS = (
+    "group_index", "index", "prompt", "tokens", "response", "response_length", "label",
+    "metadata", "tools", "reward", "loss_mask", "rollout_log_probs", "weight_versions",
+    "status", "abort_reason", "metrics",
+)
+
+
+def _to_ooze(hook: Hook, sample) -> dict:
+    if not isinstance(sample, Sample):
+        raise HookError(f"{hook.name} returned a {type(sample).__name__} where a Sample belongs")
+    data = {name: getattr(sample, name) for name in _OOZE_FIELDS}
+    data["label"] = "" if sample.label is None else sample.label
+    data["status"] = sample.status.value if isinstance(sample.status, Sample.Status) else sample.status
+    for name in ("loss_mask", "rollout_log_probs"):
+        if data[name] is None:
+            data[name] = []
+    return data
+
+
+def _groups_to_ooze(hook: Hook, groups) -> list:
+    if not isinstance(groups, (list, tuple)) or not all(isinstance(g, (list, tuple)) for g in groups):
+        raise HookError(f"{hook.name} returned {type(groups).__name__}, not a list of groups "
+                        "(lists of Samples)")
+    return [[_to_ooze(hook, sample) for sample in group] for group in groups]
+
+
+def _raised(hook: Hook, on_what: str, error: BaseException) -> HookError:
+    return HookError(f"{hook.name} raised on {on_what}:\n{_traceback(error)}")
+
+
+# --- filters ---------------------------------------------------------------------------------
+
+
+def filter_group(hook: Hook, samples_json: str) -> str:
+    """Dynamic sampling: `hook(args, samples) -> DynamicFilterOutput | bool` on a finished group."""
+    samples = [Sample.from_dict(data) for data in json.loads(samples_json)]
+    try:
+        verdict = hook.function(_args, samples)
+    except Exception as error:
+        raise _raised(hook, f"group {samples[0].group_index if samples else '?'}", error) from None
+    if isinstance(verdict, bool):
+        verdict = ooze.DynamicFilterOutput(keep=verdict)
+    if not isinstance(verdict, ooze.DynamicFilterOutput):
+        raise HookError(f"{hook.name} returned a {type(verdict).__name__} ({verdict!r:.80}); a "
+                        "dynamic-sampling filter returns DynamicFilterOutput(keep, reason) or a bool")
+    return json.dumps({"keep": bool(verdict.keep), "reason": verdict.reason or ""})
+
+
+def filter_buffer(hook: Hook, request_json: str) -> str:
+    """Partial rollout: `hook(args, rollout_id, buffer, num_samples) -> groups` takes at most
+    num_samples groups out of the buffer (removing them from it, in place)."""
+    request = json.loads(request_json)
+    buffer = [[Sample.from_dict(data) for data in group] for group in request["buffer"]]
+    try:
+        taken = hook.function(_args, None, buffer, request["num_samples"])
+    except Exception as error:
+        raise _raised(hook, f"a buffer of {len(buffer)} groups", error) from None
+    return json.dumps({"taken": _groups_to_ooze(hook, taken), "buffer": _groups_to_ooze(hook, buffer)})

@@ -118,7 +118,9 @@ TEST(ExamplesTest, AlgorithmVariantsRunOnTheDemoTask) {
                                      {"--n-samples-per-prompt", "4", "--global-batch-size", "32"});
   EXPECT_EQ(dapo.rollouts.size(), static_cast<size_t>(kRollouts));
   EXPECT_EQ(dapo.eval_add.size(), 2u);
-  EXPECT_EQ(dapo.config.value("dynamic_sampling_filter_path", ""), "nonzero_std");
+  // The filter is examples/algorithms/dapo_filter.py, whose reasons name the shared reward.
+  EXPECT_NE(dapo.config.value("dynamic_sampling_filter_path", "").find("dapo_filter.py:"),
+            std::string::npos);
   EXPECT_DOUBLE_EQ(dapo.config.value("eps_clip_high", 0.0), 0.28);
   EXPECT_EQ(dapo.config.value("loss_aggregation", ""), "token-mean");
   double dropped = 0;
@@ -127,7 +129,8 @@ TEST(ExamplesTest, AlgorithmVariantsRunOnTheDemoTask) {
     EXPECT_EQ(rollout.value("rollout/dynamic_filter/kept_groups", 0.0), 16) << rollout.dump();
     EXPECT_EQ(rollout.value("rollout/zero_std_group_ratio", -1.0), 0.0) << rollout.dump();
     EXPECT_EQ(rollout.value("rollout/samples", 0.0), 16 * 4) << rollout.dump();
-    EXPECT_EQ(rollout.value("rollout/dynamic_filter/drop_zero_std", 0.0),
+    EXPECT_EQ(rollout.value("rollout/dynamic_filter/drop_zero_std_0.0", 0.0) +
+                  rollout.value("rollout/dynamic_filter/drop_zero_std_1.0", 0.0),
               rollout.value("rollout/dynamic_filter/dropped_groups", -1.0))
         << rollout.dump();
     dropped += rollout.value("rollout/dynamic_filter/dropped_groups", 0.0);

@@ -96,3 +96,9 @@ def one_argument(sample):
 
 
 not_a_function = 3
+
+
+def first_token_parity(args, sample):
+    """The parity of the response's first token id (what the C++ test plugin of the same name
+    computes): rewards that vary between samples, so dynamic sampling has groups to drop."""
+    return float(sample.tokens[len(sample.tokens) - sample.response_length] % 2)
