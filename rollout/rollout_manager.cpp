@@ -149,7 +149,9 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
           samples = static_cast<int64_t>(group.size());
         } else if (which >= 0) {
           Sample& sample = group[static_cast<size_t>(which)];
-          if (custom_generate_ && !round.stop) {
+          if (python_generate_ && !round.stop) {
+            python_generate_->generate(generator, sample);
+          } else if (custom_generate_ && !round.stop) {
             custom_generate_->generate(generator, sample);
           } else {
             generator.generate(sample);
@@ -239,7 +241,7 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
           draw_groups(std::max(options_.over_sampling_batch_size, options_.rollout_batch_size));
       lock.lock();
       for (std::vector<Sample>& group : more) {
-        round.add_group(std::move(group), generator, custom_generate_.has_value());
+        round.add_group(std::move(group), generator, has_generate_function());
       }
       round.changed.notify_all();
       continue;
@@ -296,10 +298,14 @@ RolloutManager::RolloutManager(RolloutOptions options, PromptSource& source,
                                             plugin::Kind::kBufferFilter, "--buffer-filter-path");
     }
   }
-  if (!options_.custom_generate_function_path.empty()) {
-    custom_generate_ =
-        PluginFunction::load(options_.custom_generate_function_path, plugin::Kind::kGenerate,
-                             "--custom-generate-function-path");
+  const std::string& generate_path = options_.custom_generate_function_path;
+  if (!generate_path.empty()) {
+    if (python::hook_path_kind(generate_path) == python::HookPathKind::kPython) {
+      python_generate_.emplace(generate_path);
+    } else {
+      custom_generate_ = PluginFunction::load(generate_path, plugin::Kind::kGenerate,
+                                              "--custom-generate-function-path");
+    }
   }
 }
 
@@ -387,7 +393,7 @@ RolloutResult RolloutManager::generate(int64_t rollout_id) {
     std::lock_guard<std::mutex> lock(round.mutex);
     for (auto* source : {&continued, &fresh}) {
       for (std::vector<Sample>& group : *source) {
-        round.add_group(std::move(group), generator, custom_generate_.has_value());
+        round.add_group(std::move(group), generator, has_generate_function());
       }
     }
   }
@@ -473,7 +479,7 @@ MetricMap RolloutManager::evaluate(
         for (int64_t i = 0; i < options.n_samples_per_eval_prompt; ++i) {
           group.push_back(make_sample(drawn, p * options.n_samples_per_eval_prompt + i));
         }
-        round.add_group(std::move(group), generator, custom_generate_.has_value());
+        round.add_group(std::move(group), generator, has_generate_function());
       }
     }
     run(round, generator);

@@ -45,6 +45,7 @@
 #include "rollout/plugin_function.h"
 #include "rollout/prompt_dataset.h"
 #include "rollout/prompt_source.h"
+#include "rollout/python_generate_function.h"
 #include "rollout/reward_model.h"
 #include "rollout/rollout_metrics.h"
 #include "rollout/rollout_options.h"
@@ -107,6 +108,10 @@ class RolloutManager {
   std::vector<std::vector<Sample>> draw_groups(int64_t count);
   // Generates and scores the groups of `round` concurrently until it has what it wants.
   void run(Round& round, SampleGenerator& generator);
+  // --custom-generate-function-path: every sample is a call of its own.
+  bool has_generate_function() const {
+    return custom_generate_.has_value() || python_generate_.has_value();
+  }
 
   RolloutOptions options_;
   PromptSource& source_;
@@ -117,6 +122,7 @@ class RolloutManager {
   std::optional<PluginFunction> buffer_filter_;
   std::optional<python::PythonHook> python_buffer_filter_;
   std::optional<PluginFunction> custom_generate_;
+  std::optional<PythonGenerateFunction> python_generate_;
   std::vector<std::vector<Sample>> buffer_;
   std::atomic<bool> cancelled_{false};
 };

@@ -28,7 +28,8 @@ const OptionFields<RolloutOptions>& RolloutOptions::fields() {
           "file.py:fn, (args, rollout_id, buffer, num_samples) -> groups, or lib.so:function); "
           "empty: oldest first.");
     f.add("custom_generate_function_path", &O::custom_generate_function_path,
-          "lib.so:function generating each sample (multi-turn, tools).");
+          "Your function generating each sample (multi-turn, tools): pkg.mod.fn or file.py:fn, "
+          "async (args, sample, sampling_params) -> Sample, or lib.so:function.");
     f.add("rollout_concurrency", &O::concurrency, "Engine requests in flight at once.").min(1);
     f.add("rollout_progress_interval", &O::progress_interval_s,
           "Seconds between progress lines of a rollout; 0: none.")

@@ -26,7 +26,7 @@ struct RolloutOptions {
   int64_t dynamic_sampling_max_rounds = 16;  // rounds of drawing before giving up
   bool partial_rollout = false;
   std::string buffer_filter_path;             // "": oldest first; or a Python or C++ function
-  std::string custom_generate_function_path;  // "lib.so:function": multi-turn, tools
+  std::string custom_generate_function_path;  // a Python or C++ function: multi-turn, tools
   int64_t concurrency = 512;                  // requests (or plugin calls) in flight at once
   double progress_interval_s = 30.0;          // progress lines during long rollouts; 0: none
   RolloutSampling sampling;

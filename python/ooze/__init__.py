@@ -15,9 +15,19 @@ import argparse
 
 from .dynamic_filter import DynamicFilterOutput
 from .function_path import load_function
+from .generation import append_observation, generate, remaining_budget, tokenizer
 from .sample import Sample
 
 # Replaced by the run's flags when ooze starts a hook.
 args = argparse.Namespace()
 
-__all__ = ["Sample", "DynamicFilterOutput", "load_function", "args"]
+__all__ = [
+    "Sample",
+    "DynamicFilterOutput",
+    "load_function",
+    "args",
+    "generate",
+    "append_observation",
+    "remaining_budget",
+    "tokenizer",
+]

@@ -26,7 +26,8 @@ import traceback
 import ooze
 
 from .function_path import HookLoadError, load_function
-from .sample import Sample
+from .generation import _generation as generation
+from .sample import Sample, to_ooze_dict
 
 
 _NOT_USERS = (
@@ -209,25 +210,11 @@ def reward_batch(hook: Hook, samples_json: str) -> str:
 
 # --- samples back to ooze --------------------------------------------------------------------
 
-# The fields ooze keeps of a sample a hook hands back (rollout/sample.h); Slime's others stay in
-# Python.
-_OOZE_FIELDS = (
-    "group_index", "index", "prompt", "tokens", "response", "response_length", "label",
-    "metadata", "tools", "reward", "loss_mask", "rollout_log_probs", "weight_versions",
-    "status", "abort_reason", "metrics",
-)
-
 
 def _to_ooze(hook: Hook, sample) -> dict:
     if not isinstance(sample, Sample):
         raise HookError(f"{hook.name} returned a {type(sample).__name__} where a Sample belongs")
-    data = {name: getattr(sample, name) for name in _OOZE_FIELDS}
-    data["label"] = "" if sample.label is None else sample.label
-    data["status"] = sample.status.value if isinstance(sample.status, Sample.Status) else sample.status
-    for name in ("loss_mask", "rollout_log_probs"):
-        if data[name] is None:
-            data[name] = []
-    return data
+    return to_ooze_dict(sample)
 
 
 def _groups_to_ooze(hook: Hook, groups) -> list:
@@ -269,3 +256,27 @@ def filter_buffer(hook: Hook, request_json: str) -> str:
     except Exception as error:
         raise _raised(hook, f"a buffer of {len(buffer)} groups", error) from None
     return json.dumps({"taken": _groups_to_ooze(hook, taken), "buffer": _groups_to_ooze(hook, buffer)})
+
+
+# --- generate functions ----------------------------------------------------------------------
+
+
+def generate_sample(hook: Hook, request_json: str) -> str:
+    """Runs `hook(args, sample, sampling_params)` to completion on the hooks' event loop, with
+    ooze.generate and friends bound to the request's generation; returns the sample."""
+    request = json.loads(request_json)
+    sample = Sample.from_dict(request["sample"])
+
+    async def run():
+        generation.set(request["generation"])
+        result = hook.function(_args, sample, request["sampling_params"])
+        return await result if inspect.isawaitable(result) else result
+
+    try:
+        result = _wait(run())
+    except Exception as error:
+        raise _raised(hook, _where(sample), error) from None
+    if isinstance(result, list):
+        raise HookError(f"{hook.name} returned {len(result)} samples for {_where(sample)}; ooze "
+                        "trains one sample per generate call (return the sample)")
+    return json.dumps(_to_ooze(hook, result))

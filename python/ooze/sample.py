@@ -78,3 +78,31 @@ class Sample:
 
 
 _FIELD_NAMES = frozenset(field.name for field in dataclasses.fields(Sample))
+
+# The fields ooze's own Sample keeps (rollout/sample.h); Slime's others live in Python only.
+_OOZE_FIELDS = (
+    "group_index", "index", "prompt", "tokens", "response", "response_length", "label",
+    "metadata", "tools", "reward", "loss_mask", "rollout_log_probs", "weight_versions",
+    "status", "abort_reason", "metrics",
+)
+
+
+def to_ooze_dict(sample: Sample) -> dict:
+    """What ooze's C++ side reads back of a sample (it checks the lengths and types)."""
+    data = {name: getattr(sample, name) for name in _OOZE_FIELDS}
+    if sample.label is None:
+        data["label"] = ""
+    status = sample.status
+    data["status"] = status.value if isinstance(status, Sample.Status) else status
+    for name in ("loss_mask", "rollout_log_probs"):
+        if data[name] is None:
+            data[name] = []
+    return data
+
+
+def update_from_ooze_dict(sample: Sample, data: dict) -> None:
+    """Takes ooze's new values of a sample into the same Python object (hooks may hold it)."""
+    for name in _OOZE_FIELDS:
+        if name in data:
+            setattr(sample, name, data[name])
+    sample.status = Sample.Status(sample.status)

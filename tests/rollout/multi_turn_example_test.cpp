@@ -3,11 +3,14 @@
 //   - against a scripted policy (a GenerationContext whose turns are written here), which makes
 //     the tool calls the tiny random model never would: answers, masks, metrics, errors,
 //     budgets, aborts and continued samples;
-//   - end to end in a rollout through the manager against real engines serving the tiny model.
+//   - end to end in a rollout through the manager against real engines serving the tiny model,
+//     with its Python twin (calculator_generate.py) too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -15,9 +18,11 @@
 #include <utility>
 #include <vector>
 
+#include "python/interpreter.h"
 #include "rollout/plugin_function.h"
 #include "rollout/rollout_manager.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/process.h"
 #include "tests/support/served_engines.h"
 
 #ifndef OOZE_CALCULATOR_GENERATE
@@ -303,6 +308,35 @@ TEST(CalculatorGenerate, RandomExpressionsGetTheValueTheyHaveByConstruction) {
   EXPECT_EQ(sample.metrics["turns"], 301);
 }
 
+// The Python twin's tool (calculator_generate.py, run by plain python3) gives the same values on
+// the same random expressions, and refuses what the C++ one refuses.
+TEST(CalculatorGenerate, ThePythonTwinAnswersAsThePluginDoes) {
+  std::mt19937 rng(7);
+  std::vector<std::string> expressions = {"7/2", "1/0", "2*(3", "", "-(-4)", "1+x", "((((5))))"};
+  for (int i = 0; i < 100; ++i) expressions.push_back(random_expression(rng, 3).text);
+  const std::string dir = ::ooze::testing::make_temp_dir("calculator-twin");
+  std::ofstream(dir + "/expressions.json") << nlohmann::json(expressions).dump();
+  ::ooze::testing::Process python(
+      {::ooze::python::executable(), "-c",
+       "import json, sys; sys.path.insert(0, sys.argv[1]); import calculator_generate as c; "
+       "print(json.dumps([c.tool_answer(e) for e in json.load(open(sys.argv[2]))]))",
+       std::string(OOZE_SOURCE_DIR) + "/examples/multi_turn", dir + "/expressions.json"},
+      {{"PYTHONPATH", ::ooze::python::package_dir()}}, dir + "/answers.json");
+  const ::ooze::testing::ExitStatus status = python.wait(std::chrono::seconds(60));
+  ASSERT_TRUE(status.exited && status.code == 0) << status.describe() << python.output();
+  const auto answers = nlohmann::json::parse(python.output()).get<std::vector<std::string>>();
+  ASSERT_EQ(answers.size(), expressions.size());
+  for (size_t i = 0; i < expressions.size(); ++i) {
+    const std::string cpp = answer_to(expressions[i]);
+    const std::string error = "<result>error: ";
+    if (cpp.rfind(error, 0) == 0) {
+      EXPECT_EQ(answers[i].rfind(error, 0), 0u) << expressions[i] << ": " << answers[i];
+    } else {
+      EXPECT_EQ(answers[i], cpp) << expressions[i];
+    }
+  }
+}
+
 TEST(CalculatorGenerate, BadExpressionsAreAnsweredWithAnErrorAndTheDialogueGoesOn) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"1/0", "division by zero"},
@@ -424,7 +458,16 @@ TEST(CalculatorGenerate, LoadsOnlyAsAGenerateFunction) {
 
 // ---- end to end: a rollout through the manager against real engines ----
 
-TEST(CalculatorGenerateRollout, EverySampleOfARolloutIsConsistent) {
+// The C++ plugin and its Python twin (examples/multi_turn/calculator_generate.py) alike.
+class CalculatorGenerateRollout : public ::testing::TestWithParam<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(CppAndPython, CalculatorGenerateRollout,
+                         ::testing::Values(kSpec,
+                                           std::string(OOZE_SOURCE_DIR) +
+                                               "/examples/multi_turn/"
+                                               "calculator_generate.py:calculator_generate"));
+
+TEST_P(CalculatorGenerateRollout, EverySampleOfARolloutIsConsistent) {
   testing::ServedEngines engines(2);
   std::vector<std::string> lines;
   for (int i = 0; i < 6; ++i) {
@@ -446,7 +489,7 @@ TEST(CalculatorGenerateRollout, EverySampleOfARolloutIsConsistent) {
   options.rollout_batch_size = 3;
   options.n_samples_per_prompt = 2;
   options.progress_interval_s = 0;
-  options.custom_generate_function_path = kSpec;
+  options.custom_generate_function_path = GetParam();
   options.sampling.max_response_len = 24;
   options.sampling.stop = {"</calc>"};
   RolloutManager manager(options, source, engines.router(), engines.tokenizer(), rewards);

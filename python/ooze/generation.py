@@ -1,0 +1,83 @@
+"""What a generate function (--custom-generate-function-path) reaches the run's engines with.
+
+    import ooze
+
+    async def generate(args, sample, sampling_params):
+        while True:
+            text = await ooze.generate(sample)          # the policy's turn: mask 1
+            call = find_tool_call(text)
+            if call is None or ooze.remaining_budget(sample) == 0:
+                return sample
+            ooze.append_observation(sample, run_tool(call))  # the tool's answer: mask 0
+
+`generate` sends the sample's tokens so far as token ids, with the run's sampling flags (the
+request the built-in rollout sends), and appends the engine's tokens, log-probs and weight
+versions to the sample; the tokens trained on are always those the engine sampled, never text
+tokenized again. `tokenizer` is the run's tokenizer.
+
+These work inside a generate function ooze runs; elsewhere they raise RuntimeError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+from .sample import Sample, to_ooze_dict, update_from_ooze_dict
+
+# The generation the running generate function belongs to (set by ooze for each call).
+_generation = contextvars.ContextVar("ooze_generation", default=None)
+
+# Engine requests block a thread each (in C++, without the GIL) while the event loop goes on.
+_requests = ThreadPoolExecutor(max_workers=256, thread_name_prefix="ooze-generate")
+
+
+def _native(name: str, payload):
+    generation = _generation.get()
+    if generation is None:
+        raise RuntimeError(f"ooze.{name} works inside a generate function that ooze runs")
+    import _ooze_native
+
+    return json.loads(_ooze_native.call(f"{generation}/{name}", json.dumps(payload)))
+
+
+async def generate(sample: Sample, max_new_tokens: int = 0) -> str:
+    """One turn of the policy: appends what the engine samples to `sample` (loss mask 1) and
+    returns the turn's text. max_new_tokens <= 0: what is left of the response budget."""
+    payload = {"sample": to_ooze_dict(sample), "max_new_tokens": max_new_tokens}
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    answer = await loop.run_in_executor(_requests, context.run, _native, "generate", payload)
+    update_from_ooze_dict(sample, answer["sample"])
+    return answer["text"]
+
+
+def append_observation(sample: Sample, text: str) -> int:
+    """Appends text the policy did not write (a tool's answer): its tokens get loss mask 0,
+    log-prob 0 and weight version -1. Returns how many tokens were appended (cut to the budget)."""
+    answer = _native("append_observation", {"sample": to_ooze_dict(sample), "text": text})
+    update_from_ooze_dict(sample, answer["sample"])
+    return answer["appended"]
+
+
+def remaining_budget(sample: Sample) -> int:
+    """Response tokens the sample may still grow by (--rollout-max-response-len minus its length)."""
+    return _native("remaining_budget", {"sample": to_ooze_dict(sample)})
+
+
+class _Tokenizer:
+    """The run's tokenizer, as Hugging Face's is called by Slime's generate functions."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list:
+        return _native("encode", text)
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return _native("decode", list(ids))
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return {"input_ids": self.encode(text)}
+
+
+tokenizer = _Tokenizer()

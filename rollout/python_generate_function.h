@@ -1,0 +1,36 @@
+// A generate function written in Python (--custom-generate-function-path pkg.mod.fn or
+// file.py:fn), with Slime's signature `async def generate(args, sample, sampling_params) ->
+// Sample` (a plain def works too): multi-turn rollouts and tool use. It reaches the engines
+// through ooze.generate / ooze.append_observation / ooze.tokenizer (python/ooze/generation.py),
+// which call back into the rollout's SampleGenerator, so a Python turn is the very request the
+// built-in rollout sends and its tokens are the engine's, never re-tokenized text.
+//
+//   PythonGenerateFunction function(path);        // at start-up: loads and checks it
+//   function.generate(generator, sample);          // on a rollout worker thread
+//
+// Calls of many samples overlap on the hooks' event loop; each blocks only its worker thread.
+#pragma once
+
+#include <string>
+
+#include "python/python_hook.h"
+#include "rollout/sample.h"
+#include "rollout/sample_generation.h"
+
+namespace ooze::rollout {
+
+class PythonGenerateFunction {
+ public:
+  // Throws python::HookError when the function cannot load or take (args, sample,
+  // sampling_params).
+  explicit PythonGenerateFunction(const std::string& path);
+
+  // Runs the function on `sample` and takes back the sample it returns. Throws
+  // python::HookError naming the sample when it raises or returns something else.
+  void generate(SampleGenerator& generator, Sample& sample) const;
+
+ private:
+  python::PythonHook hook_;
+};
+
+}  // namespace ooze::rollout

@@ -1,0 +1,115 @@
+// A Python generate function in real rollouts against real engines: each policy turn made with
+// ooze.generate is exactly what the engine samples for the sample's tokens so far (checked by
+// asking the engine again, greedily), a tool's answer appended with ooze.append_observation is
+// the tokenizer's tokens of its text with loss mask 0, and a function that returns what ooze
+// cannot train on stops the rollout naming the hook and the sample.
+#include <gtest/gtest.h>
+
+#include "rollout/rollout_manager.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/served_engines.h"
+
+namespace ooze::rollout {
+namespace python_generate_test {
+
+using nlohmann::json;
+
+const std::string kGenerate = std::string(OOZE_TEST_HOOKS_DIR) + "/generate.py:";
+
+class PythonGenerateTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { engines_ = new testing::ServedEngines(1); }
+  static void TearDownTestSuite() {
+    delete engines_;
+    engines_ = nullptr;
+  }
+
+  // A rollout of 2 groups of 2 samples, greedy, through the Python function `function`.
+  static RolloutResult rollout_with(const std::string& function) {
+    std::vector<std::string> lines;
+    for (int i = 0; i < 2; ++i) {
+      lines.push_back(
+          json{{"input", "tool question " + std::to_string(i)}, {"label", "42"}}.dump());
+    }
+    PromptDatasetOptions data;
+    data.path = testing::write_lines("python-generate.jsonl", lines);
+    data.label_key = "label";
+    PromptSource source(std::make_shared<const PromptDataset>(data, engines_->tokenizer()));
+    RewardOptions reward;
+    reward.rm_type = "math";
+    RewardModel rewards(reward);
+    RolloutOptions options;
+    options.rollout_batch_size = 2;
+    options.n_samples_per_prompt = 2;
+    options.progress_interval_s = 0;
+    options.sampling.temperature = 0;
+    options.sampling.max_response_len = 64;
+    options.custom_generate_function_path = kGenerate + function;
+    RolloutManager manager(options, source, engines_->router(), engines_->tokenizer(), rewards);
+    return manager.generate(0);
+  }
+
+  // What the engine samples greedily after `tokens`, at most `max_new_tokens` of it.
+  static std::vector<int64_t> greedy_after(const std::vector<int64_t>& tokens,
+                                           int64_t max_new_tokens) {
+    const json answer = engines_->router().generate(
+        {{"input_ids", tokens},
+         {"sampling_params", {{"temperature", 0}, {"max_new_tokens", max_new_tokens}}}});
+    return answer.at("output_ids").get<std::vector<int64_t>>();
+  }
+
+  static testing::ServedEngines* engines_;
+};
+testing::ServedEngines* PythonGenerateTest::engines_ = nullptr;
+
+TEST_F(PythonGenerateTest, TurnsAreTheEnginesTokensAndToolAnswersAreMaskedOut) {
+  const RolloutResult result = rollout_with("turn_tool_turn");
+  ASSERT_EQ(result.groups.size(), 2u);
+  const std::vector<int64_t> observation = engines_->tokenizer().encode("<result>42</result>");
+  for (const std::vector<Sample>& group : result.groups) {
+    for (const Sample& sample : group) {
+      const auto first = sample.metrics.at("first_turn").get<size_t>();
+      ASSERT_EQ(sample.metrics.at("observation").get<size_t>(), observation.size());
+      EXPECT_EQ(sample.metrics.at("encoded").get<size_t>(), observation.size());
+      const auto prompt_end = sample.tokens.begin() + sample.prompt_length();
+      const std::vector<int64_t> prompt(sample.tokens.begin(), prompt_end);
+      const std::vector<int64_t> response(prompt_end, sample.tokens.end());
+      ASSERT_GE(response.size(), first + observation.size());
+      // Turn 1: the policy's (mask 1, the engine's log-probs and version), exactly the engine's.
+      const std::vector<int64_t> turn1(response.begin(), response.begin() + first);
+      EXPECT_EQ(turn1, greedy_after(prompt, 3));
+      // The tool's answer: its text's tokens, mask 0, log-prob 0, version -1.
+      EXPECT_EQ(std::vector<int64_t>(response.begin() + first,
+                                     response.begin() + first + observation.size()),
+                observation);
+      // Turn 2: the engine's again, after everything before it.
+      std::vector<int64_t> before_turn2 = prompt;
+      before_turn2.insert(before_turn2.end(), response.begin(),
+                          response.begin() + first + observation.size());
+      EXPECT_EQ(std::vector<int64_t>(response.begin() + first + observation.size(), response.end()),
+                greedy_after(before_turn2, 3));
+      for (size_t i = 0; i < response.size(); ++i) {
+        const bool tool = i >= first && i < first + observation.size();
+        EXPECT_EQ(sample.loss_mask[i], tool ? 0 : 1) << i;
+        EXPECT_EQ(sample.weight_versions[i], tool ? -1 : 0) << i;
+        if (tool) EXPECT_EQ(sample.rollout_log_probs[i], 0.0f) << i;
+        if (!tool) EXPECT_LE(sample.rollout_log_probs[i], 0.0f) << i;
+      }
+      EXPECT_EQ(sample.response_length, static_cast<int64_t>(response.size()));
+      EXPECT_TRUE(sample.reward.is_number());  // scored after the function returned
+    }
+  }
+}
+
+TEST_F(PythonGenerateTest, WhatOozeCannotTrainOnStopsTheRollout) {
+  std::string message =
+      ::ooze::testing::error_message_of<python::HookError>([] { rollout_with("returns_two"); });
+  EXPECT_CONTAINS(message, "returned 2 samples for sample");
+  message =
+      ::ooze::testing::error_message_of<python::HookError>([] { rollout_with("breaks_the_mask"); });
+  EXPECT_CONTAINS(message, "--custom-generate-function-path " + kGenerate + "breaks_the_mask");
+  EXPECT_CONTAINS(message, "in a form ooze cannot train on");
+}
+
+}  // namespace python_generate_test
+}  // namespace ooze::rollout
