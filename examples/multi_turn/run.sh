@@ -17,8 +17,9 @@
 # The flags given are passed last, so they win over the blocks below.
 # Environment: OUT (runs/multi_turn), BUILD_DIR (build), NUM_ROLLOUT (100), EVAL_INTERVAL
 # (50), SEED (1), SFT_STEPS (160), WARM_START (a warm-start model directory from an earlier
-# run's OUT/sft/model; empty: make one), PLUGIN (an already built libcalculator_generate.so;
-# empty: build it), PLACEMENT_ARGS (the placement flags).
+# run's OUT/sft/model; empty: make one), GENERATE (cpp: the C++ plugin, the default; python:
+# its twin calculator_generate.py, nothing to build), PLUGIN (an already built
+# libcalculator_generate.so; empty: build it), PLACEMENT_ARGS (the placement flags).
 # Writes OUT/metrics.jsonl, OUT/config.json, OUT/tensorboard/ and the full log OUT/train.log.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,8 +27,15 @@ OUT="${OUT:-runs/multi_turn}"
 NUM_ROLLOUT="${NUM_ROLLOUT:-100}"
 EVAL_INTERVAL="${EVAL_INTERVAL:-50}"
 BUILD_DIR="${BUILD_DIR:-build}"
-PLUGIN_LIBRARY=libcalculator_generate.so
-source "$here/../build_plugin.sh"  # PLUGIN: OUT/plugin/libcalculator_generate.so unless given
+case "${GENERATE:-cpp}" in
+  cpp)
+    PLUGIN_LIBRARY=libcalculator_generate.so
+    source "$here/../build_plugin.sh"  # PLUGIN: OUT/plugin/libcalculator_generate.so unless given
+    GENERATE_PATH="$PLUGIN:calculator_generate"
+    ;;
+  python) GENERATE_PATH="$here/calculator_generate.py:calculator_generate" ;;
+  *) echo "GENERATE is cpp or python, not '$GENERATE'" >&2; exit 1 ;;
+esac
 MAKE_TASK="$here/make_task.sh"
 # Every token of the warm start weighs the same: with the default per-sample mean, the first
 # token of a long tool-using demonstration would weigh a quarter of a short direct answer's, and
@@ -38,7 +46,7 @@ source "$here/../demo/warm_start.sh"  # OUT/task and, unless WARM_START names on
 MODEL_ARGS=(--hf-checkpoint "$WARM_START")
 ROLLOUT_ARGS=(
   --prompt-data "$TASK/train.jsonl" --input-key input --label-key label
-  --custom-generate-function-path "$PLUGIN:calculator_generate" --rollout-stop '</calc>'
+  --custom-generate-function-path "$GENERATE_PATH" --rollout-stop '</calc>'
   --rm-type math
   --rollout-shuffle --rollout-seed "$SEED" --sampling-seed "$SEED"
   --num-rollout "$NUM_ROLLOUT" --rollout-batch-size 16 --n-samples-per-prompt 16

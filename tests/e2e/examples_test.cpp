@@ -7,7 +7,8 @@
 //     groups, the reference log-probs of REINFORCE++'s KL penalty).
 //   - examples/reward_plugin/run.sh: the plugin installed, built and loaded; every saved
 //     sample's reward is checked against the format rule written out here.
-//   - examples/multi_turn/run.sh: the calculator plugin built and called during rollouts.
+//   - examples/multi_turn/run.sh: the calculator plugin built and called during rollouts, and
+//     its Python twin.
 // Nothing here is timed, and learning is not asserted (2 rollouts); examples/README.md quotes
 // what longer runs reach.
 #include <gtest/gtest.h>
@@ -273,6 +274,19 @@ TEST(ExamplesTest, MultiTurnRunCallsTheCalculatorDuringRollouts) {
     }
   }
   EXPECT_GT(answered, 0) << "no sample called the calculator with a single-digit sum";
+
+  // The Python twin of the calculator (GENERATE=python), from the same warm start.
+  const ScriptRun python = run_example(
+      "multi_turn/run.sh", {{"GENERATE", "python"}, {"WARM_START", run.out + "/sft/model"}});
+  EXPECT_NE(python.config.value("custom_generate_function_path", "")
+                .find("multi_turn/calculator_generate.py:calculator_generate"),
+            std::string::npos);
+  expect_complete_rl_run(python, "multi_turn (Python)");
+  double python_calls = 0;
+  for (const json& rollout : python.rollouts) {
+    python_calls += rollout.value("rollout/tool_calls", 0.0);
+  }
+  EXPECT_GT(python_calls, 0) << "the Python calculator answered no call";
 }
 
 }  // namespace examples_test
