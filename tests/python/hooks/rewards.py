@@ -102,3 +102,10 @@ def first_token_parity(args, sample):
     """The parity of the response's first token id (what the C++ test plugin of the same name
     computes): rewards that vary between samples, so dynamic sampling has groups to drop."""
     return float(sample.tokens[len(sample.tokens) - sample.response_length] % 2)
+
+
+def fails_in_fourth_rollout(args, sample):
+    """Rollouts of 4 samples: the fourth (samples 12 to 15) cannot be scored."""
+    if sample.index >= 12:
+        raise RuntimeError(f"the judge crashed on sample {sample.index}")
+    return float(sample.response_length % 2)
