@@ -83,12 +83,13 @@ nlohmann::json read_rollout_state(const std::string& dir, int64_t iteration) {
 }  // namespace
 
 RlLoop::RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData& data,
-               std::optional<rollout::RewardModel>& rewards, RlProcesses& job,
-               const trainer::TrainerOptions& trainer, std::ostream& out)
+               std::optional<rollout::RewardModel>& rewards, const rollout::RolloutHooks& hooks,
+               RlProcesses& job, const trainer::TrainerOptions& trainer, std::ostream& out)
     : config_(config),
       plan_(plan),
       data_(data),
       rewards_(rewards),
+      hooks_(hooks),
       job_(job),
       trainer_(trainer),
       algorithm_(algorithms::AlgorithmOptions::from_config(config)),
@@ -217,8 +218,17 @@ GeneratedRollout RlLoop::generate_rollout(int64_t rollout_id) {
 void RlLoop::learn(int64_t rollout_id, GeneratedRollout generated, double train_wait,
                    Clock::time_point step_start) {
   if (!generated.eval.empty()) log_.eval(rollout_id, generated.eval);
-  const rollout::RolloutResult& result = generated.result;
+  rollout::RolloutResult& result = generated.result;
   MetricLine line = result.metrics;
+  if (hooks_.log_rollout(rollout_id, result.groups, result.metrics, generated.seconds)) {
+    // The user's log function took the rollout's own metrics over.
+    for (auto it = line.begin(); it != line.end();) {
+      it = it->first.rfind("rollout/", 0) == 0 ? line.erase(it) : std::next(it);
+    }
+  }
+  if (const int64_t removed = hooks_.filter_samples(result.groups); removed > 0) {
+    line["rollout/removed_samples"] = static_cast<double>(removed);
+  }
   line["perf/rollout_time"] = generated.seconds;
   if (plan_.with_engines()) {
     const double oldest = oldest_weight_version(result);
@@ -242,6 +252,10 @@ void RlLoop::learn(int64_t rollout_id, GeneratedRollout generated, double train_
       line["perf/wake_up_time"] = seconds_since(start);
     }
     RolloutBatch batch = rollout_batch(result.groups, config_.get<std::string>("reward_key"));
+    if (std::optional<std::vector<double>> rewards = hooks_.post_process_rewards(result.groups)) {
+      batch.rewards = std::move(*rewards);
+      batch.rewards_are_final = true;
+    }
     score(batch, line);
     train(rollout_id, batch, line);
     if (plan_.with_engines()) {
@@ -318,7 +332,13 @@ void RlLoop::score(RolloutBatch& batch, MetricLine& line) {
     batch.set("values", trainer::values(job_.critics, everything, trainer_.step.packing));
     line["perf/values_time"] = seconds_since(start);
   }
-  compute_advantages(batch, algorithm_.advantage, algorithm_.policy_loss.kl_loss_type);
+  algorithms::AdvantageOptions advantage = algorithm_.advantage;
+  if (batch.rewards_are_final) {
+    // --custom-reward-post-process-path normalised them already.
+    advantage.disable_rewards_normalization = true;
+    advantage.disable_grpo_std_normalization = true;
+  }
+  compute_advantages(batch, advantage, algorithm_.policy_loss.kl_loss_type);
 }
 
 // Each optimizer step logs a line of its own, "train/step" counting the policy's steps over the

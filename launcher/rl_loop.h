@@ -41,6 +41,7 @@
 #include "launcher/train_plan.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
+#include "rollout/rollout_hooks.h"
 #include "rollout/rollout_manager.h"
 #include "trainer/trainer_options.h"
 
@@ -51,8 +52,8 @@ class EngineSupervisor;
 class RlLoop {
  public:
   RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData& data,
-         std::optional<rollout::RewardModel>& rewards, RlProcesses& job,
-         const trainer::TrainerOptions& trainer, std::ostream& out);
+         std::optional<rollout::RewardModel>& rewards, const rollout::RolloutHooks& hooks,
+         RlProcesses& job, const trainer::TrainerOptions& trainer, std::ostream& out);
   ~RlLoop();
 
   // --load, the rollouts from there to --num-rollout, the last evaluation, --save-hf.
@@ -78,6 +79,7 @@ class RlLoop {
   const TrainPlan& plan_;
   const ExperimentData& data_;
   std::optional<rollout::RewardModel>& rewards_;
+  const rollout::RolloutHooks& hooks_;
   RlProcesses& job_;
   const trainer::TrainerOptions& trainer_;
   const algorithms::AlgorithmOptions algorithm_;

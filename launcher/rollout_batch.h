@@ -31,6 +31,9 @@ struct RolloutBatch {
   std::vector<fsdp::PackingSample> samples;  // the groups' samples, one group after another
   std::vector<double> rewards;               // each sample's scalar reward
   int64_t group_size = 1;                    // samples per prompt (--n-samples-per-prompt)
+  // The rewards came from --custom-reward-post-process-path, which normalised them: no group
+  // normalisation on top.
+  bool rewards_are_final = false;
 
   // Sets every sample's per-token `name` (`values[i]`: [R_i] for sample i). Throws ooze::Error
   // naming the sample whose length differs from its response's.

@@ -11,6 +11,7 @@
 #include "python/hook_args.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
+#include "rollout/rollout_functions.h"
 #include "rollout/rollout_manager.h"
 #include "serving/local_engines.h"
 #include "serving/router.h"
@@ -56,6 +57,8 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
   python::set_hook_args(config->to_json());
   rollout::RewardModel rewards(rollout::RewardOptions::fields().read(*config));
   const rollout::RolloutOptions rollout_options = rollout::RolloutOptions::fields().read(*config);
+  // Loaded here to fail before any engine starts; the rollout manager loads them again.
+  rollout::RolloutFunctions::load(rollout_options, rewards);
   const int64_t num_rollout =
       rollout::num_rollouts(*config, data.prompts->size(), rollout_options.rollout_batch_size);
   const std::string save_pattern = config->get<std::string>("save_debug_rollout_data");

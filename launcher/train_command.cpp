@@ -14,6 +14,8 @@
 #include "launcher/train_plan.h"
 #include "python/hook_args.h"
 #include "rollout/reward_model.h"
+#include "rollout/rollout_functions.h"
+#include "rollout/rollout_hooks.h"
 
 namespace ooze::launcher {
 namespace {
@@ -33,12 +35,17 @@ void run_job(const Config& config, const TrainPlan& plan, const ExperimentData& 
   // The rest of the checks, before any process starts.
   python::set_hook_args(config.to_json());
   std::optional<rollout::RewardModel> rewards;
-  if (plan.with_engines()) rewards.emplace(rollout::RewardOptions::fields().read(config));
+  if (plan.with_engines()) {
+    rewards.emplace(rollout::RewardOptions::fields().read(config));
+    // Loaded here to fail before any process starts; the rollout manager loads them again.
+    rollout::RolloutFunctions::load(rollout::RolloutOptions::fields().read(config), *rewards);
+  }
+  const rollout::RolloutHooks hooks(rollout::RolloutHookOptions::fields().read(config));
   const trainer::TrainInit init = policy_init(config, plan);
   config.save_effective_config(config.get<std::string>("output_dir"));
   RuntimeGuard runtime;
   RlProcesses job = start_rl_processes(config, plan, init);
-  RlLoop(config, plan, data, rewards, job, init.options, out).run();
+  RlLoop(config, plan, data, rewards, hooks, job, init.options, out).run();
 }
 
 }  // namespace

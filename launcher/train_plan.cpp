@@ -9,6 +9,7 @@
 #include "models/model_config.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
+#include "rollout/rollout_hooks.h"
 #include "rollout/rollout_options.h"
 #include "trainer/trainer_options.h"
 #include "trainer/weight_sync_options.h"
@@ -110,6 +111,7 @@ ConfigSchema build_train_schema() {
                   "starts.");
   rollout::add_prompt_data_fields(schema);
   rollout::RolloutOptions::fields().declare(schema);
+  rollout::RolloutHookOptions::fields().declare(schema);
   rollout::RewardOptions::fields().declare(schema);
   rollout::add_eval_fields(schema);
   algorithms::add_algorithm_fields(schema);

@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "core/logging.h"
-#include "python/hook_path.h"
 #include "rollout/sample_json.h"
 
 namespace ooze::rollout {
@@ -149,10 +148,10 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
           samples = static_cast<int64_t>(group.size());
         } else if (which >= 0) {
           Sample& sample = group[static_cast<size_t>(which)];
-          if (python_generate_ && !round.stop) {
-            python_generate_->generate(generator, sample);
-          } else if (custom_generate_ && !round.stop) {
-            custom_generate_->generate(generator, sample);
+          if (functions_.python_generate && !round.stop) {
+            functions_.python_generate->generate(generator, sample);
+          } else if (functions_.generate && !round.stop) {
+            functions_.generate->generate(generator, sample);
           } else {
             generator.generate(sample);
           }
@@ -241,7 +240,7 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
           draw_groups(std::max(options_.over_sampling_batch_size, options_.rollout_batch_size));
       lock.lock();
       for (std::vector<Sample>& group : more) {
-        round.add_group(std::move(group), generator, has_generate_function());
+        round.add_group(std::move(group), generator, functions_.generates_per_sample());
       }
       round.changed.notify_all();
       continue;
@@ -276,38 +275,8 @@ RolloutManager::RolloutManager(RolloutOptions options, PromptSource& source,
       source_(source),
       router_(router),
       tokenizer_(tokenizer),
-      rewards_(rewards) {
-  if (!options_.dynamic_sampling_filter_path.empty()) {
-    if (rewards_.scores_whole_rollout()) {
-      throw ConfigError(
-          "--dynamic-sampling-filter-path needs each group's rewards as it finishes, but the "
-          "batched reward function of --custom-rm-path scores the whole rollout: add --group-rm");
-    }
-    filter_.emplace(options_.dynamic_sampling_filter_path, rewards_.options().reward_key);
-  }
-  if (!options_.buffer_filter_path.empty()) {
-    if (!options_.partial_rollout) {
-      throw ConfigError("--buffer-filter-path needs --partial-rollout (there is no buffer)");
-    }
-    if (python::hook_path_kind(options_.buffer_filter_path) == python::HookPathKind::kPython) {
-      python_buffer_filter_ =
-          python::PythonHook::load(options_.buffer_filter_path, "--buffer-filter-path",
-                                   {"args", "rollout_id", "buffer", "num_samples"});
-    } else {
-      buffer_filter_ = PluginFunction::load(options_.buffer_filter_path,
-                                            plugin::Kind::kBufferFilter, "--buffer-filter-path");
-    }
-  }
-  const std::string& generate_path = options_.custom_generate_function_path;
-  if (!generate_path.empty()) {
-    if (python::hook_path_kind(generate_path) == python::HookPathKind::kPython) {
-      python_generate_.emplace(generate_path);
-    } else {
-      custom_generate_ = PluginFunction::load(generate_path, plugin::Kind::kGenerate,
-                                              "--custom-generate-function-path");
-    }
-  }
-}
+      rewards_(rewards),
+      functions_(RolloutFunctions::load(options_, rewards)) {}
 
 RolloutManager::~RolloutManager() = default;
 
@@ -327,11 +296,11 @@ std::vector<std::vector<Sample>> RolloutManager::draw_groups(int64_t count) {
 
 std::vector<std::vector<Sample>> RolloutManager::take_from_buffer(int64_t max_groups) {
   if (buffer_.empty() || max_groups <= 0) return {};
-  if (buffer_filter_ || python_buffer_filter_) {
+  if (functions_.buffer_filter || functions_.python_buffer_filter) {
     std::vector<std::vector<Sample>> taken;
-    if (python_buffer_filter_) {
+    if (functions_.python_buffer_filter) {
       // The function removes what it takes from the buffer, in place, as in Slime.
-      const nlohmann::json answer = python_buffer_filter_->call(
+      const nlohmann::json answer = functions_.python_buffer_filter->call(
           "filter_buffer", {{"buffer", groups_to_json(buffer_)}, {"num_samples", max_groups}});
       try {
         taken = groups_from_json(answer.at("taken"));
@@ -341,7 +310,7 @@ std::vector<std::vector<Sample>> RolloutManager::take_from_buffer(int64_t max_gr
                           " handed back a sample ooze cannot take: " + error.what());
       }
     } else {
-      taken = buffer_filter_->filter_buffer(buffer_, max_groups);
+      taken = functions_.buffer_filter->filter_buffer(buffer_, max_groups);
     }
     if (static_cast<int64_t>(taken.size()) > max_groups) {
       throw PluginError("--buffer-filter-path " + options_.buffer_filter_path + " returned " +
@@ -378,7 +347,7 @@ RolloutResult RolloutManager::generate(int64_t rollout_id) {
   const int64_t first_round = std::max(options_.over_sampling_batch_size, batch);
 
   Round round;
-  round.filter = filter_ ? &*filter_ : nullptr;
+  round.filter = functions_.filter ? &*functions_.filter : nullptr;
   // Stop early only when more groups run than the batch needs (over-sampling, or a filter that
   // may drop some); otherwise every group is kept and all must finish.
   round.target = (first_round > batch || round.filter) ? batch : -1;
@@ -393,7 +362,7 @@ RolloutResult RolloutManager::generate(int64_t rollout_id) {
     std::lock_guard<std::mutex> lock(round.mutex);
     for (auto* source : {&continued, &fresh}) {
       for (std::vector<Sample>& group : *source) {
-        round.add_group(std::move(group), generator, has_generate_function());
+        round.add_group(std::move(group), generator, functions_.generates_per_sample());
       }
     }
   }
@@ -479,7 +448,7 @@ MetricMap RolloutManager::evaluate(
         for (int64_t i = 0; i < options.n_samples_per_eval_prompt; ++i) {
           group.push_back(make_sample(drawn, p * options.n_samples_per_eval_prompt + i));
         }
-        round.add_group(std::move(group), generator, has_generate_function());
+        round.add_group(std::move(group), generator, functions_.generates_per_sample());
       }
     }
     run(round, generator);

@@ -40,13 +40,10 @@
 
 #include "core/config.h"
 #include "core/error.h"
-#include "python/python_hook.h"
-#include "rollout/group_filter.h"
-#include "rollout/plugin_function.h"
 #include "rollout/prompt_dataset.h"
 #include "rollout/prompt_source.h"
-#include "rollout/python_generate_function.h"
 #include "rollout/reward_model.h"
+#include "rollout/rollout_functions.h"
 #include "rollout/rollout_metrics.h"
 #include "rollout/rollout_options.h"
 #include "rollout/sample.h"
@@ -71,8 +68,8 @@ struct RolloutResult {
 
 class RolloutManager {
  public:
-  // Loads the plugins named by the options and checks that the options fit together (dynamic
-  // sampling needs per-group rewards), so a run fails here rather than at its first rollout.
+  // Loads the functions named by the options (rollout_functions.h) and checks that the options
+  // fit together, so a run fails here rather than at its first rollout.
   RolloutManager(RolloutOptions options, PromptSource& source, serving::Router& router,
                  const models::Tokenizer& tokenizer, RewardModel& rewards);
   ~RolloutManager();
@@ -108,21 +105,13 @@ class RolloutManager {
   std::vector<std::vector<Sample>> draw_groups(int64_t count);
   // Generates and scores the groups of `round` concurrently until it has what it wants.
   void run(Round& round, SampleGenerator& generator);
-  // --custom-generate-function-path: every sample is a call of its own.
-  bool has_generate_function() const {
-    return custom_generate_.has_value() || python_generate_.has_value();
-  }
 
   RolloutOptions options_;
   PromptSource& source_;
   serving::Router& router_;
   const models::Tokenizer& tokenizer_;
   RewardModel& rewards_;
-  std::optional<GroupFilter> filter_;
-  std::optional<PluginFunction> buffer_filter_;
-  std::optional<python::PythonHook> python_buffer_filter_;
-  std::optional<PluginFunction> custom_generate_;
-  std::optional<PythonGenerateFunction> python_generate_;
+  RolloutFunctions functions_;
   std::vector<std::vector<Sample>> buffer_;
   std::atomic<bool> cancelled_{false};
 };

@@ -280,3 +280,52 @@ def generate_sample(hook: Hook, request_json: str) -> str:
         raise HookError(f"{hook.name} returned {len(result)} samples for {_where(sample)}; ooze "
                         "trains one sample per generate call (return the sample)")
     return json.dumps(_to_ooze(hook, result))
+
+
+# --- whole rollouts --------------------------------------------------------------------------
+
+
+def filter_samples(hook: Hook, groups_json: str) -> str:
+    """`hook(args, groups) -> None` marks samples with remove_sample; returns where they are."""
+    groups = [[Sample.from_dict(data) for data in group] for group in json.loads(groups_json)]
+    try:
+        hook.function(_args, groups)
+    except Exception as error:
+        raise _raised(hook, f"a rollout of {len(groups)} groups", error) from None
+    removed = [[g, i] for g, group in enumerate(groups) for i, sample in enumerate(group)
+               if sample.remove_sample]
+    return json.dumps(removed)
+
+
+def post_process_rewards(hook: Hook, samples_json: str) -> str:
+    """`hook(args, samples) -> (raw_rewards, rewards)`; returns the rewards, checked."""
+    samples = [Sample.from_dict(data) for data in json.loads(samples_json)]
+    try:
+        answer = hook.function(_args, samples)
+    except Exception as error:
+        raise _raised(hook, f"a rollout of {len(samples)} samples", error) from None
+    expected = f"(raw_rewards, rewards), two lists of {len(samples)} numbers"
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise HookError(f"{hook.name} returned {answer!r:.80}; expected {expected}")
+    rewards = answer[1]
+    if hasattr(rewards, "tolist"):  # a tensor or an array
+        rewards = rewards.tolist()
+    if not isinstance(rewards, (list, tuple)) or len(rewards) != len(samples):
+        raise HookError(f"{hook.name} returned rewards {rewards!r:.80}; expected {expected}")
+    for index, value in enumerate(rewards):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise HookError(f"{hook.name} returned reward {value!r} for {_where(samples[index])}; "
+                            "expected a finite number")
+    return json.dumps([float(value) for value in rewards])
+
+
+def log_rollout(hook: Hook, request_json: str) -> str:
+    """`hook(rollout_id, args, samples, rollout_extra_metrics, rollout_time) -> bool`."""
+    request = json.loads(request_json)
+    samples = [Sample.from_dict(data) for data in request["samples"]]
+    try:
+        skip = hook.function(request["rollout_id"], _args, samples, request["metrics"],
+                             request["rollout_time"])
+    except Exception as error:
+        raise _raised(hook, f"rollout {request['rollout_id']}", error) from None
+    return json.dumps(bool(skip))

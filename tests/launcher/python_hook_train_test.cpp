@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "tests/launcher/tiny_train_command.h"
 #include "tests/support/expect_error.h"
@@ -29,10 +30,14 @@ TEST(PythonHookTrainTest, ARaisingRewardStopsTheRunAndItsLastCheckpointResumes) 
   const ::ooze::testing::ExitStatus status = run.wait(120s);
   EXPECT_TRUE(status.exited && status.code == 1) << status.describe() << "\n" << run.output();
   const std::string output = run.output();
-  EXPECT_CONTAINS(output, "--custom-rm-path " + kRewards +
-                              "fails_in_fourth_rollout raised on sample 12 (group 6):\n");
-  EXPECT_CONTAINS(output, "rewards.py\", line");
-  EXPECT_CONTAINS(output, "RuntimeError: the judge crashed on sample 12");
+  // The first of rollout 3's groups to finish (6 or 7, samples 12 to 15) names its sample.
+  const std::regex named("--custom-rm-path " + kRewards +
+                         "fails_in_fourth_rollout raised on sample (1[2-5]) \\(group [67]\\):\n"
+                         "Traceback[^]*rewards\\.py\", line [0-9]+[^]*RuntimeError: the judge "
+                         "crashed on sample (1[2-5])");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(output, match, named)) << output;
+  EXPECT_EQ(match[1], match[2]);
 
   // Rollouts 0, 1 and 2 were trained and saved; the checkpoint is whole and resumes.
   const int64_t iteration = ::ooze::testing::expect_last_checkpoint_whole(dir + "/save");
@@ -46,6 +51,73 @@ TEST(PythonHookTrainTest, ARaisingRewardStopsTheRunAndItsLastCheckpointResumes) 
       << resumed_status.describe() << "\n"
       << resumed.output();
   EXPECT_CONTAINS(resumed.output(), "resumed from " + dir + "/save at iteration 3");
+}
+
+TEST(PythonHookTrainTest, RolloutHooksSeeEachRolloutAndShapeWhatTrains) {
+  if (!std::filesystem::exists(::ooze::testing::ooze_binary())) GTEST_SKIP() << "no ooze binary";
+  const std::string hooks = std::string(OOZE_TEST_HOOKS_DIR) + "/rollout_hooks.py:";
+  const std::string dir = ::ooze::testing::make_temp_dir("python-rollout-hooks");
+  Process run(
+      ::ooze::testing::tiny_train_command(
+          dir, {"--num-rollout", "2", "--rollout-sample-filter-path", hooks + "remove_odd_samples",
+                "--custom-reward-post-process-path", hooks + "zero_rewards",
+                "--custom-rollout-log-function-path", hooks + "log_to_file",
+                "--save-debug-rollout-data", dir + "/samples_{rollout_id}.jsonl"}),
+      {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
+  const ::ooze::testing::ExitStatus status = run.wait(120s);
+  ASSERT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << run.output();
+
+  // The log function saw every rollout's 8 samples and its metrics.
+  const std::vector<nlohmann::json> logged =
+      ::ooze::testing::read_json_lines(dir + "/out/python_rollout_log.jsonl");
+  ASSERT_EQ(logged.size(), 2u);
+  for (int64_t rollout = 0; rollout < 2; ++rollout) {
+    EXPECT_EQ(logged[rollout]["rollout_id"], rollout);
+    EXPECT_EQ(logged[rollout]["samples"], 8);
+    EXPECT_EQ(logged[rollout]["indices"][0], 8 * rollout);
+    EXPECT_GT(logged[rollout]["rollout_time"].get<double>(), 0);
+  }
+  // Rollout 1's log function returned True: its line keeps perf/*, not rollout/*.
+  int64_t rollout_lines = 0;
+  for (const nlohmann::json& line : ::ooze::testing::read_json_lines(dir + "/out/metrics.jsonl")) {
+    if (!line.contains("perf/step_time")) {
+      // A train step: advantages of 0 (the post-processed rewards) make the policy loss 0.
+      if (line.contains("train/pg_loss")) EXPECT_EQ(line["train/pg_loss"], 0.0) << line.dump();
+      continue;
+    }
+    const int64_t rollout = line["step"].get<int64_t>();
+    EXPECT_EQ(line.contains("rollout/raw_reward"), rollout == 0) << line.dump();
+    if (rollout == 0) {
+      EXPECT_EQ(line["rollout/raw_reward"], logged[0]["raw_reward"]);
+      EXPECT_EQ(line["rollout/removed_samples"], 4);
+    }
+    ++rollout_lines;
+  }
+  EXPECT_EQ(rollout_lines, 2);
+  // The removed samples (odd indices) were kept with loss mask 0; the others train.
+  for (int64_t rollout = 0; rollout < 2; ++rollout) {
+    for (const nlohmann::json& sample :
+         ::ooze::testing::read_json_lines(dir + "/samples_" + std::to_string(rollout) + ".jsonl")) {
+      const auto mask = sample["loss_mask"].get<std::vector<int>>();
+      const bool removed = sample["index"].get<int64_t>() % 2 == 1;
+      for (int value : mask) EXPECT_EQ(value, removed ? 0 : 1) << sample.dump();
+    }
+  }
+}
+
+TEST(PythonHookTrainTest, ARolloutHookThatAnswersWronglyStopsTheRun) {
+  if (!std::filesystem::exists(::ooze::testing::ooze_binary())) GTEST_SKIP() << "no ooze binary";
+  const std::string hooks = std::string(OOZE_TEST_HOOKS_DIR) + "/rollout_hooks.py:";
+  const std::string dir = ::ooze::testing::make_temp_dir("python-rollout-hooks-wrong");
+  Process run(::ooze::testing::tiny_train_command(
+                  dir, {"--num-rollout", "1", "--custom-reward-post-process-path",
+                        hooks + "post_process_wrong_length"}),
+              {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
+  const ::ooze::testing::ExitStatus status = run.wait(120s);
+  EXPECT_TRUE(status.exited && status.code == 1) << status.describe();
+  EXPECT_CONTAINS(run.output(),
+                  "post_process_wrong_length returned rewards [0.0]; expected "
+                  "(raw_rewards, rewards), two lists of 8 numbers");
 }
 
 }  // namespace python_hook_train_test

@@ -1,0 +1,42 @@
+#include "rollout/rollout_functions.h"
+
+#include "python/hook_path.h"
+
+namespace ooze::rollout {
+
+RolloutFunctions RolloutFunctions::load(const RolloutOptions& options, const RewardModel& rewards) {
+  RolloutFunctions functions;
+  if (!options.dynamic_sampling_filter_path.empty()) {
+    if (rewards.scores_whole_rollout()) {
+      throw ConfigError(
+          "--dynamic-sampling-filter-path needs each group's rewards as it finishes, but the "
+          "batched reward function of --custom-rm-path scores the whole rollout: add --group-rm");
+    }
+    functions.filter.emplace(options.dynamic_sampling_filter_path, rewards.options().reward_key);
+  }
+  const std::string& buffer_path = options.buffer_filter_path;
+  if (!buffer_path.empty()) {
+    if (!options.partial_rollout) {
+      throw ConfigError("--buffer-filter-path needs --partial-rollout (there is no buffer)");
+    }
+    if (python::hook_path_kind(buffer_path) == python::HookPathKind::kPython) {
+      functions.python_buffer_filter = python::PythonHook::load(
+          buffer_path, "--buffer-filter-path", {"args", "rollout_id", "buffer", "num_samples"});
+    } else {
+      functions.buffer_filter =
+          PluginFunction::load(buffer_path, plugin::Kind::kBufferFilter, "--buffer-filter-path");
+    }
+  }
+  const std::string& generate_path = options.custom_generate_function_path;
+  if (!generate_path.empty()) {
+    if (python::hook_path_kind(generate_path) == python::HookPathKind::kPython) {
+      functions.python_generate.emplace(generate_path);
+    } else {
+      functions.generate = PluginFunction::load(generate_path, plugin::Kind::kGenerate,
+                                                "--custom-generate-function-path");
+    }
+  }
+  return functions;
+}
+
+}  // namespace ooze::rollout
