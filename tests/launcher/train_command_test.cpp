@@ -342,6 +342,14 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
        "--async overlaps the engines' generation with training"},
       {{"--advantage-estimator", "ppo", "--critic-load", "DIR"}, "--critic-load"},
       {{"--max-restarts", "2"}, "give --save DIR"},
+      // Users' functions are loaded and checked before any process starts.
+      {{"--custom-rm-path", "HOOKS/rewards.py:one_argument"},
+       "rewards.py:one_argument(args, sample), but it is declared (sample)"},
+      {{"--dynamic-sampling-filter-path", "no_such_module.check"},
+       "no module named 'no_such_module'"},
+      {{"--custom-generate-function-path", "HOOKS/generate.py:missing"},
+       "has no attribute 'missing'"},
+      {{"--rollout-sample-filter-path", "lib.so:filter"}, "must name a Python function"},
   };
   for (auto [flags, expected] : cases) {
     const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");
@@ -351,6 +359,7 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
                                dir + "/config_only/config.json");
     for (std::string& flag : flags) {
       if (flag.rfind("DIR", 0) == 0) flag = dir + flag.substr(3);
+      if (flag.rfind("HOOKS", 0) == 0) flag = OOZE_TEST_HOOKS_DIR + flag.substr(5);
     }
     std::vector<std::string> command = ::ooze::testing::tiny_train_command(dir, flags);
     ::ooze::testing::Process run(command, {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
@@ -358,6 +367,8 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
     EXPECT_TRUE(status.exited && status.code != 0) << status.describe();
     EXPECT_NE(run.output().find(expected), std::string::npos) << run.output();
     EXPECT_FALSE(std::filesystem::exists(dir + "/out/metrics.jsonl"));
+    // No worker was started (the driver logs each one it starts).
+    EXPECT_EQ(run.output().find("pid="), std::string::npos) << run.output();
   }
 }
 
