@@ -1,6 +1,7 @@
 #include "python/interpreter.h"
 
 #include <pybind11/embed.h>
+#include <signal.h>
 
 #include <atomic>
 #include <filesystem>
@@ -24,6 +25,11 @@ void check(PyStatus status, PyConfig& config, const char* what) {
 }
 
 void start() {
+  // Python's signal module takes SIGINT over when it is first imported (asyncio imports it),
+  // install_signal_handlers = 0 notwithstanding; Ctrl-C stays ooze's: what it was before Python
+  // is put back once the module is in.
+  struct sigaction ooze_sigint;
+  sigaction(SIGINT, nullptr, &ooze_sigint);
   PyConfig config;
   PyConfig_InitPythonConfig(&config);
   config.install_signal_handlers = 0;
@@ -48,7 +54,9 @@ void start() {
     // What hooks print joins ooze's own log lines on stderr: stdout may carry answers
     // (`ooze reward` writes JSON lines there).
     sys.attr("stdout") = sys.attr("stderr");
+    py::module_::import("signal");
   }
+  sigaction(SIGINT, &ooze_sigint, nullptr);
   started = true;
   PyEval_SaveThread();  // from now on every thread, this one included, takes the GIL to call in
   apply_hook_args();

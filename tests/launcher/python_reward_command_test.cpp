@@ -4,12 +4,14 @@
 // be the one Python computed. Also: what a hook prints stays off the answers on stdout, and a
 // function ooze cannot call stops the command before any line is read.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "python/interpreter.h"
@@ -134,6 +136,24 @@ TEST(PythonRewardCommandTest, AFunctionOozeCannotCallStopsItBeforeAnyLine) {
   EXPECT_CONTAINS(run.stderr_text,
                   "--custom-rm-path rewards.one_argument: ooze calls it as "
                   "rewards.one_argument(args, sample), but it is declared (sample)");
+}
+
+TEST(PythonRewardCommandTest, CtrlCDuringAPythonRewardEndsTheCommandAtOnce) {
+  // A test run as a script's background job inherits an ignored SIGINT; Ctrl-C is what this
+  // test stands for.
+  ::signal(SIGINT, SIG_DFL);
+  const std::string dir = ::ooze::testing::make_temp_dir("python-reward-ctrl-c");
+  ::ooze::testing::Process process(
+      {"/bin/bash", "-c",
+       "exec " + quoted(::ooze::testing::ooze_binary()) + " reward --custom-rm-path " +
+           quoted(kHooks + "/rewards.py:sleeps_a_minute") + " < " + quoted(unicode_lines())},
+      {}, dir + "/log.txt");
+  // Python's signal module, imported with the hook, must not have taken SIGINT over.
+  std::this_thread::sleep_for(1500ms);
+  process.kill(SIGINT);
+  const ::ooze::testing::ExitStatus status = process.wait(10s);
+  EXPECT_FALSE(status.timed_out) << process.output();
+  EXPECT_EQ(status.signal, SIGINT) << status.describe() << "\n" << process.output();
 }
 
 }  // namespace python_reward_command_test

@@ -109,3 +109,8 @@ def fails_in_fourth_rollout(args, sample):
     if sample.index >= 12:
         raise RuntimeError(f"the judge crashed on sample {sample.index}")
     return float(sample.response_length % 2)
+
+
+def sleeps_a_minute(args, sample):
+    time.sleep(60)
+    return 1.0
