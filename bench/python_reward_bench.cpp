@@ -8,6 +8,12 @@
 //   python_reward_sync   samples/s of the Python function vs the C++ plugin (goal >= 0.5)
 //   python_reward_async  the same function as `async def` (its calls awaited together)
 //
+// Then end to end, on the real `ooze` binary: the demo's GRPO (bench_support.h's demo model and
+// prompts, 2 trainer ranks and 2 engines apart, rollouts of 16 prompts x 16 samples) with each
+// reward, runs alternating, the faster of kRuns each:
+//   demo_rollout_time_python_reward  mean perf/rollout_time past the warm-up, baseline the C++
+//                                    plugin's (ratio: C++ / Python; goal >= 0.95)
+//
 //   bench_python_reward_bench
 #include <algorithm>
 #include <chrono>
@@ -15,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "rollout/reward_model.h"
 
 namespace rollout = ooze::rollout;
@@ -65,20 +72,58 @@ double samples_per_second(const std::string& custom_rm_path) {
   return kPrompts * kSamplesPerPrompt / best;
 }
 
-void print_line(const std::string& metric, double value, double baseline) {
-  std::printf(
-      "{\"bench\": \"python_reward\", \"metric\": \"%s\", \"value\": %.4g, \"unit\": "
-      "\"samples/s\", \"baseline\": %.4g, \"ratio\": %.4g}\n",
-      metric.c_str(), value, baseline, value / baseline);
-  std::fflush(stdout);
+constexpr int kWarmupRollouts = 2;
+constexpr int kMeasuredRollouts = 6;
+constexpr int kRuns = 2;
+
+// Mean rollout seconds of a demo GRPO run rewarded by `custom_rm_path`.
+double demo_rollout_seconds(const ooze::bench::ScopedTempDir& files,
+                            const std::string& custom_rm_path, const std::string& name) {
+  const std::string out = files.path(name);
+  std::vector<std::string> command = ooze::bench::demo_train_command(
+      ooze::bench::ooze_binary(), files.path("model"), files.path("prompts.jsonl"), kPrompts,
+      kSamplesPerPrompt, kWarmupRollouts + kMeasuredRollouts, out);
+  command.insert(command.end(), {"--custom-rm-path", custom_rm_path, "--actor-num-gpus-per-node",
+                                 "2", "--rollout-num-gpus", "2", "--rollout-max-response-len", "4",
+                                 "--global-batch-size", "128"});
+  ooze::bench::run_logged(command, out + ".log");
+  double seconds = 0;
+  for (const nlohmann::json& line :
+       ooze::bench::rollout_lines(out + "/metrics.jsonl", kWarmupRollouts, kMeasuredRollouts)) {
+    seconds += ooze::bench::metric(line, "perf/rollout_time") / kMeasuredRollouts;
+  }
+  return seconds;
 }
 
 }  // namespace
 
 int main() {
-  const double cpp = samples_per_second(std::string(OOZE_EXACT_MATCH_PLUGIN) + ":exact_match");
+  const std::string bench = "python_reward";
+  const std::string cpp_path = std::string(OOZE_EXACT_MATCH_PLUGIN) + ":exact_match";
   const std::string python = std::string(OOZE_SOURCE_DIR) + "/examples/demo/exact_match_reward.py";
-  print_line("python_reward_sync", samples_per_second(python + ":exact_match"), cpp);
-  print_line("python_reward_async", samples_per_second(python + ":exact_match_async"), cpp);
+  const double cpp = samples_per_second(cpp_path);
+  for (const std::string form : {"sync", "async"}) {
+    const double value =
+        samples_per_second(python + (form == "sync" ? ":exact_match" : ":exact_match_async"));
+    ooze::bench::print_line(bench, "python_reward_" + form, value, "samples/s", cpp, value / cpp);
+  }
+  try {
+    ooze::bench::ScopedTempDir files("ooze-python-reward-bench");
+    ooze::bench::init_demo_model(ooze::bench::ooze_binary(), files.path("model"),
+                                 files.path("model-init.log"));
+    ooze::bench::write_sum_prompts(files.path("prompts.jsonl"));
+    double best_cpp = 1e300, best_python = 1e300;
+    for (int run = 0; run < kRuns; ++run) {
+      const std::string suffix = std::to_string(run);
+      best_cpp = std::min(best_cpp, demo_rollout_seconds(files, cpp_path, "cpp-" + suffix));
+      best_python = std::min(
+          best_python, demo_rollout_seconds(files, python + ":exact_match", "python-" + suffix));
+    }
+    ooze::bench::print_line(bench, "demo_rollout_time_python_reward", best_python, "s", best_cpp,
+                            best_cpp / best_python);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s\n", error.what());
+    return 1;
+  }
   return 0;
 }
