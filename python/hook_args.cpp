@@ -6,6 +6,7 @@
 
 #include "python/interpreter.h"
 #include "python/python_hook.h"
+#include "python/python_values.h"
 
 namespace py = pybind11;
 
@@ -26,14 +27,14 @@ void set_hook_args(const nlohmann::json& new_flags) {
 }
 
 void apply_hook_args() {
-  std::string text;
+  nlohmann::json copy;
   {
     std::lock_guard<std::mutex> lock(flags_mutex);
-    text = flags.dump();
+    copy = flags;
   }
   py::gil_scoped_acquire gil;
   try {
-    py::module_::import("ooze._hook_runtime").attr("set_args")(text);
+    py::module_::import("ooze._hook_runtime").attr("set_args")(to_python(copy));
   } catch (py::error_already_set& error) {
     throw HookError("cannot hand the run's flags to Python hooks: " + std::string(error.what()));
   }

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "python/python_values.h"
 
 namespace py = pybind11;
 
@@ -19,7 +20,7 @@ std::map<std::string, std::shared_ptr<const NativeFunction>>& registry() {
   return *functions;
 }
 
-std::string call(const std::string& name, const std::string& input) {
+py::object call(const std::string& name, py::handle input) {
   std::shared_ptr<const NativeFunction> function;
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
@@ -29,9 +30,13 @@ std::string call(const std::string& name, const std::string& input) {
     }
     function = found->second;
   }
-  py::gil_scoped_release release;
-  return (*function)(nlohmann::json::parse(input))
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  nlohmann::json arguments = from_python(input);
+  nlohmann::json answer;
+  {
+    py::gil_scoped_release release;
+    answer = (*function)(arguments);
+  }
+  return to_python(answer);
 }
 
 }  // namespace

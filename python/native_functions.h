@@ -1,5 +1,5 @@
 // C++ functions that hooks reach through ooze's Python package: ooze registers them by name
-// (the run's engines, its tokenizer), and `ooze._native.call(name, json_text)` runs one with the
+// (the run's engines, its tokenizer), and `_ooze_native.call(name, value)` runs one with the
 // GIL released, so other hooks and coroutines go on while C++ works.
 //
 //   python::NativeFunctionRegistration encode("rollout-3/tokenize", [&](const nlohmann::json& in) {

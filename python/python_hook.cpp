@@ -3,6 +3,7 @@
 #include <pybind11/embed.h>
 
 #include "python/interpreter.h"
+#include "python/python_values.h"
 
 namespace py = pybind11;
 
@@ -18,6 +19,41 @@ std::string message_of(py::error_already_set& error) {
   return error.what();
 }
 
+// A record is a dict; its keys are made once per process and shared by every record.
+class DictWriter final : public RecordWriter {
+ public:
+  void start() { dict_ = py::dict(); }
+  py::dict take() { return std::move(dict_); }
+
+  void add(const char* key, int64_t value) override { set(key, py::int_(value)); }
+  void add(const char* key, const std::string& value) override {
+    set(key, to_python(nlohmann::json(value)));
+  }
+  void add(const char* key, const std::vector<int64_t>& values) override { set_list(key, values); }
+  void add(const char* key, const std::vector<int32_t>& values) override { set_list(key, values); }
+  void add(const char* key, const std::vector<float>& values) override {
+    py::list list(values.size());
+    for (size_t i = 0; i < values.size(); ++i) list[i] = py::float_(values[i]);
+    set(key, list);
+  }
+  void add(const char* key, const nlohmann::json& value) override { set(key, to_python(value)); }
+
+ private:
+  template <typename Int>
+  void set_list(const char* key, const std::vector<Int>& values) {
+    py::list list(values.size());
+    for (size_t i = 0; i < values.size(); ++i) list[i] = py::int_(static_cast<int64_t>(values[i]));
+    set(key, list);
+  }
+  void set(const char* key, py::handle value) {
+    PyObject* name = PyUnicode_InternFromString(key);  // interned: the same object every time
+    PyDict_SetItem(dict_.ptr(), name, value.ptr());
+    Py_DECREF(name);
+  }
+
+  py::dict dict_;
+};
+
 }  // namespace
 
 PythonHook PythonHook::load(const std::string& path, const std::string& flag,
@@ -28,7 +64,7 @@ PythonHook PythonHook::load(const std::string& path, const std::string& flag,
   hook.path_ = path;
   hook.flag_ = flag;
   try {
-    py::object loaded = runtime().attr("load_hook")(path, flag, nlohmann::json(parameters).dump());
+    py::object loaded = runtime().attr("load_hook")(path, flag, to_python(parameters));
     hook.is_async_ = loaded.attr("is_async").cast<bool>();
     hook.hook_ = loaded.release().ptr();
   } catch (py::error_already_set& error) {
@@ -38,19 +74,35 @@ PythonHook PythonHook::load(const std::string& path, const std::string& flag,
 }
 
 nlohmann::json PythonHook::call(const char* operation, const nlohmann::json& input) const {
-  std::string answer;
-  {
-    py::gil_scoped_acquire gil;
-    try {
-      py::handle hook(static_cast<PyObject*>(hook_));
-      // Invalid UTF-8 (a response cut inside a character) reaches Python as U+FFFD, not an error.
-      const std::string text = input.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      answer = runtime().attr(operation)(hook, text).cast<std::string>();
-    } catch (py::error_already_set& error) {
-      throw HookError(flag_ + " " + path_ + ": " + message_of(error));
-    }
+  py::gil_scoped_acquire gil;
+  try {
+    py::handle hook(static_cast<PyObject*>(hook_));
+    return from_python(runtime().attr(operation)(hook, to_python(input)));
+  } catch (py::error_already_set& error) {
+    throw HookError(flag_ + " " + path_ + ": " + message_of(error));
+  } catch (const std::invalid_argument& error) {
+    throw HookError(flag_ + " " + path_ + ": " + error.what());
   }
-  return nlohmann::json::parse(answer);
+}
+
+nlohmann::json PythonHook::call_with_records(const char* operation, size_t count,
+                                             const WriteRecord& write) const {
+  py::gil_scoped_acquire gil;
+  try {
+    py::list records(count);
+    DictWriter writer;
+    for (size_t i = 0; i < count; ++i) {
+      writer.start();
+      write(i, writer);
+      records[i] = writer.take();
+    }
+    py::handle hook(static_cast<PyObject*>(hook_));
+    return from_python(runtime().attr(operation)(hook, records));
+  } catch (py::error_already_set& error) {
+    throw HookError(flag_ + " " + path_ + ": " + message_of(error));
+  } catch (const std::invalid_argument& error) {
+    throw HookError(flag_ + " " + path_ + ": " + error.what());
+  }
 }
 
 }  // namespace ooze::python

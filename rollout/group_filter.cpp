@@ -1,7 +1,7 @@
 #include "rollout/group_filter.h"
 
 #include "python/hook_path.h"
-#include "rollout/sample_json.h"
+#include "rollout/python_sample.h"
 
 namespace ooze::rollout {
 
@@ -27,9 +27,9 @@ GroupFilter::GroupFilter(const std::string& path, std::string reward_key)
 
 plugin::FilterDecision GroupFilter::decide(const std::vector<Sample>& group) const {
   if (python_) {
-    nlohmann::json samples = nlohmann::json::array();
-    for (const Sample& sample : group) samples.push_back(sample_to_json(sample));
-    const nlohmann::json verdict = python_->call("filter_group", samples);
+    const nlohmann::json verdict = python_->call_with_records(
+        "filter_group", group.size(),
+        [&](size_t i, python::RecordWriter& record) { write_sample(group[i], record); });
     const std::string reason = verdict.at("reason").get<std::string>();
     return {verdict.at("keep").get<bool>(), reason.empty() ? "filtered" : reason};
   }

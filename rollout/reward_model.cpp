@@ -1,8 +1,8 @@
 #include "rollout/reward_model.h"
 
 #include "python/hook_path.h"
+#include "rollout/python_sample.h"
 #include "rollout/rewards/builtin_rewards.h"
-#include "rollout/sample_json.h"
 
 namespace ooze::rollout {
 
@@ -91,9 +91,10 @@ void RewardModel::score_in_python(const std::vector<Sample*>& samples,
   // `samples[begin, end)` through one call of the hook operation.
   const auto score_range = [&](const char* operation, size_t begin, size_t end) {
     try {
-      nlohmann::json list = nlohmann::json::array();
-      for (size_t i = begin; i < end; ++i) list.push_back(sample_to_json(*samples[i]));
-      const nlohmann::json answer = python_->call(operation, list);
+      const nlohmann::json answer = python_->call_with_records(
+          operation, end - begin, [&](size_t i, python::RecordWriter& record) {
+            write_sample(*samples[begin + i], record);
+          });
       take_python_outcomes(answer.at("outcomes"), samples, failures, begin);
       if (answer.contains("seconds")) {
         python_seconds_per_sample_ =

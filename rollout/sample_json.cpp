@@ -3,26 +3,14 @@
 #include <string>
 
 #include "core/error.h"
+#include "rollout/sample_fields.h"
 
 namespace ooze::rollout {
 
 nlohmann::json sample_to_json(const Sample& sample) {
-  return {{"group_index", sample.group_index},
-          {"index", sample.index},
-          {"prompt", sample.prompt},
-          {"tokens", sample.tokens},
-          {"response", sample.response},
-          {"response_length", sample.response_length},
-          {"label", sample.label},
-          {"metadata", sample.metadata},
-          {"tools", sample.tools},
-          {"reward", sample.reward},
-          {"loss_mask", sample.loss_mask},
-          {"rollout_log_probs", sample.rollout_log_probs},
-          {"weight_versions", sample.weight_versions},
-          {"status", to_string(sample.status)},
-          {"abort_reason", sample.abort_reason},
-          {"metrics", sample.metrics}};
+  nlohmann::json json = nlohmann::json::object();
+  visit_sample_fields(sample, [&](const char* name, const auto& value) { json[name] = value; });
+  return json;
 }
 
 namespace {

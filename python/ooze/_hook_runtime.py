@@ -1,8 +1,8 @@
 """How ooze's C++ side runs users' hooks; hooks never import this.
 
-C++ hands samples over as JSON text and gets JSON text back, so the hook sees plain Python
-objects it may change freely, and what comes back is checked here, where the Python types are
-still known, with errors that name the hook, the sample and what was expected.
+C++ hands samples over as plain dicts (python/python_hook.h) and gets plain values back, so the
+hook sees Python objects it may change freely, and what comes back is checked here, where the
+Python types are still known, with errors that name the hook, the sample and what was expected.
 
 Async hooks run on one asyncio event loop on its own thread: the rewards of a rollout are all
 submitted at once and overlap. Sync hooks run on the caller's thread (ooze's reward threads);
@@ -27,7 +27,7 @@ import ooze
 
 from .function_path import HookLoadError, load_function
 from .generation import _generation as generation
-from .sample import Sample, to_ooze_dict
+from .sample import Sample, from_ooze, to_ooze_dict
 
 
 _NOT_USERS = (
@@ -62,9 +62,8 @@ def _traceback(error: BaseException) -> str:
     return "".join(traceback.format_exception(type(error), error, frames)).rstrip()
 
 
-def load_hook(path: str, flag: str, parameters_json: str) -> Hook:
+def load_hook(path: str, flag: str, parameters: list) -> Hook:
     """Loads `path` for `flag` and checks that it can be called with `parameters`."""
-    parameters = json.loads(parameters_json)
     try:
         function = load_function(path)
     except HookLoadError as error:
@@ -90,10 +89,10 @@ def load_hook(path: str, flag: str, parameters_json: str) -> Hook:
 _args = argparse.Namespace()
 
 
-def set_args(flags_json: str) -> None:
+def set_args(flags: dict) -> None:
     """Every flag of the run, under Slime's underscore names: `args` of every hook, `ooze.args`."""
     global _args
-    _args = argparse.Namespace(**json.loads(flags_json))
+    _args = argparse.Namespace(**flags)
     ooze.args = _args
 
 
@@ -158,14 +157,14 @@ def _outcome(hook: Hook, sample: Sample, value):
         return [False, f"{hook.name} on {_where(sample)} returned {error}"]
 
 
-def reward_each(hook: Hook, samples_json: str) -> str:
+def reward_each(hook: Hook, records: list) -> dict:
     """Scores each sample with `hook(args, sample)`: {"outcomes": one per sample, in order,
     "seconds": the time spent in the hook}.
 
     An async hook's calls are all awaited at once; a sync hook's run one after the other (ooze
     spreads slow ones over its reward threads).
     """
-    samples = [Sample.from_dict(data) for data in json.loads(samples_json)]
+    samples = [from_ooze(record) for record in records]
     start = time.perf_counter()
     if hook.is_async:
 
@@ -185,13 +184,13 @@ def reward_each(hook: Hook, samples_json: str) -> str:
                 values.append(error)
     seconds = time.perf_counter() - start
     outcomes = [_outcome(hook, sample, value) for sample, value in zip(samples, values)]
-    return json.dumps({"outcomes": outcomes, "seconds": seconds})
+    return {"outcomes": outcomes, "seconds": seconds}
 
 
-def reward_batch(hook: Hook, samples_json: str) -> str:
+def reward_batch(hook: Hook, records: list) -> dict:
     """Scores the samples with one call, `hook(args, samples) -> list`: {"outcomes": one per
     sample}."""
-    samples = [Sample.from_dict(data) for data in json.loads(samples_json)]
+    samples = [from_ooze(record) for record in records]
     try:
         values = hook.function(_args, samples)
         if inspect.isawaitable(values):
@@ -200,12 +199,12 @@ def reward_batch(hook: Hook, samples_json: str) -> str:
         failure = f"{hook.name} raised on the {len(samples)} samples of " + (
             f"group {samples[0].group_index}" if samples else "an empty batch"
         )
-        return json.dumps({"outcomes": [[False, f"{failure}:\n{_traceback(error)}"]] * len(samples)})
+        return {"outcomes": [[False, f"{failure}:\n{_traceback(error)}"]] * len(samples)}
     if not isinstance(values, (list, tuple)) or len(values) != len(samples):
         got = f"{len(values)} values" if isinstance(values, (list, tuple)) else repr(values)[:80]
         failure = f"{hook.name} returned {got} for {len(samples)} samples (one reward each)"
-        return json.dumps({"outcomes": [[False, failure]] * len(samples)})
-    return json.dumps({"outcomes": [_outcome(hook, s, v) for s, v in zip(samples, values)]})
+        return {"outcomes": [[False, failure]] * len(samples)}
+    return {"outcomes": [_outcome(hook, s, v) for s, v in zip(samples, values)]}
 
 
 # --- samples back to ooze --------------------------------------------------------------------
@@ -231,9 +230,9 @@ def _raised(hook: Hook, on_what: str, error: BaseException) -> HookError:
 # --- filters ---------------------------------------------------------------------------------
 
 
-def filter_group(hook: Hook, samples_json: str) -> str:
+def filter_group(hook: Hook, records: list) -> dict:
     """Dynamic sampling: `hook(args, samples) -> DynamicFilterOutput | bool` on a finished group."""
-    samples = [Sample.from_dict(data) for data in json.loads(samples_json)]
+    samples = [from_ooze(record) for record in records]
     try:
         verdict = hook.function(_args, samples)
     except Exception as error:
@@ -243,29 +242,27 @@ def filter_group(hook: Hook, samples_json: str) -> str:
     if not isinstance(verdict, ooze.DynamicFilterOutput):
         raise HookError(f"{hook.name} returned a {type(verdict).__name__} ({verdict!r:.80}); a "
                         "dynamic-sampling filter returns DynamicFilterOutput(keep, reason) or a bool")
-    return json.dumps({"keep": bool(verdict.keep), "reason": verdict.reason or ""})
+    return {"keep": bool(verdict.keep), "reason": verdict.reason or ""}
 
 
-def filter_buffer(hook: Hook, request_json: str) -> str:
+def filter_buffer(hook: Hook, request: dict) -> dict:
     """Partial rollout: `hook(args, rollout_id, buffer, num_samples) -> groups` takes at most
     num_samples groups out of the buffer (removing them from it, in place)."""
-    request = json.loads(request_json)
-    buffer = [[Sample.from_dict(data) for data in group] for group in request["buffer"]]
+    buffer = [[from_ooze(record) for record in group] for group in request["buffer"]]
     try:
         taken = hook.function(_args, None, buffer, request["num_samples"])
     except Exception as error:
         raise _raised(hook, f"a buffer of {len(buffer)} groups", error) from None
-    return json.dumps({"taken": _groups_to_ooze(hook, taken), "buffer": _groups_to_ooze(hook, buffer)})
+    return {"taken": _groups_to_ooze(hook, taken), "buffer": _groups_to_ooze(hook, buffer)}
 
 
 # --- generate functions ----------------------------------------------------------------------
 
 
-def generate_sample(hook: Hook, request_json: str) -> str:
+def generate_sample(hook: Hook, request: dict) -> dict:
     """Runs `hook(args, sample, sampling_params)` to completion on the hooks' event loop, with
     ooze.generate and friends bound to the request's generation; returns the sample."""
-    request = json.loads(request_json)
-    sample = Sample.from_dict(request["sample"])
+    sample = from_ooze(request["sample"])
 
     async def run():
         generation.set(request["generation"])
@@ -279,27 +276,27 @@ def generate_sample(hook: Hook, request_json: str) -> str:
     if isinstance(result, list):
         raise HookError(f"{hook.name} returned {len(result)} samples for {_where(sample)}; ooze "
                         "trains one sample per generate call (return the sample)")
-    return json.dumps(_to_ooze(hook, result))
+    return _to_ooze(hook, result)
 
 
 # --- whole rollouts --------------------------------------------------------------------------
 
 
-def filter_samples(hook: Hook, groups_json: str) -> str:
+def filter_samples(hook: Hook, groups: list) -> list:
     """`hook(args, groups) -> None` marks samples with remove_sample; returns where they are."""
-    groups = [[Sample.from_dict(data) for data in group] for group in json.loads(groups_json)]
+    groups = [[from_ooze(record) for record in group] for group in groups]
     try:
         hook.function(_args, groups)
     except Exception as error:
         raise _raised(hook, f"a rollout of {len(groups)} groups", error) from None
     removed = [[g, i] for g, group in enumerate(groups) for i, sample in enumerate(group)
                if sample.remove_sample]
-    return json.dumps(removed)
+    return removed
 
 
-def post_process_rewards(hook: Hook, samples_json: str) -> str:
+def post_process_rewards(hook: Hook, records: list) -> list:
     """`hook(args, samples) -> (raw_rewards, rewards)`; returns the rewards, checked."""
-    samples = [Sample.from_dict(data) for data in json.loads(samples_json)]
+    samples = [from_ooze(record) for record in records]
     try:
         answer = hook.function(_args, samples)
     except Exception as error:
@@ -316,16 +313,15 @@ def post_process_rewards(hook: Hook, samples_json: str) -> str:
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
             raise HookError(f"{hook.name} returned reward {value!r} for {_where(samples[index])}; "
                             "expected a finite number")
-    return json.dumps([float(value) for value in rewards])
+    return [float(value) for value in rewards]
 
 
-def log_rollout(hook: Hook, request_json: str) -> str:
+def log_rollout(hook: Hook, request: dict) -> bool:
     """`hook(rollout_id, args, samples, rollout_extra_metrics, rollout_time) -> bool`."""
-    request = json.loads(request_json)
-    samples = [Sample.from_dict(data) for data in request["samples"]]
+    samples = [from_ooze(record) for record in request["samples"]]
     try:
         skip = hook.function(request["rollout_id"], _args, samples, request["metrics"],
                              request["rollout_time"])
     except Exception as error:
         raise _raised(hook, f"rollout {request['rollout_id']}", error) from None
-    return json.dumps(bool(skip))
+    return bool(skip)

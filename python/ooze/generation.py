@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 from concurrent.futures import ThreadPoolExecutor
 
 from .sample import Sample, to_ooze_dict, update_from_ooze_dict
@@ -40,7 +39,7 @@ def _native(name: str, payload):
         raise RuntimeError(f"ooze.{name} works inside a generate function that ooze runs")
     import _ooze_native
 
-    return json.loads(_ooze_native.call(f"{generation}/{name}", json.dumps(payload)))
+    return _ooze_native.call(f"{generation}/{name}", payload)
 
 
 async def generate(sample: Sample, max_new_tokens: int = 0) -> str:

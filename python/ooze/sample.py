@@ -87,6 +87,26 @@ _OOZE_FIELDS = (
 )
 
 
+# Slime's fields ooze does not keep, at their defaults (all immutable).
+_SLIME_DEFAULTS = {
+    field.name: field.default
+    for field in dataclasses.fields(Sample)
+    if field.name not in _OOZE_FIELDS and field.default is not dataclasses.MISSING
+}
+_STATUS = {status.value: status for status in Sample.Status}
+
+
+def from_ooze(record: dict) -> Sample:
+    """A sample from ooze's own record (every field of _OOZE_FIELDS, fresh objects): the quick
+    path of Sample.from_dict, taken for every sample a hook sees."""
+    sample = Sample.__new__(Sample)
+    values = sample.__dict__
+    values.update(_SLIME_DEFAULTS)
+    values.update(record)
+    sample.status = _STATUS[record["status"]]
+    return sample
+
+
 def to_ooze_dict(sample: Sample) -> dict:
     """What ooze's C++ side reads back of a sample (it checks the lengths and types)."""
     data = {name: getattr(sample, name) for name in _OOZE_FIELDS}

@@ -82,7 +82,9 @@ TEST(PythonHookTrainTest, RolloutHooksSeeEachRolloutAndShapeWhatTrains) {
   for (const nlohmann::json& line : ::ooze::testing::read_json_lines(dir + "/out/metrics.jsonl")) {
     if (!line.contains("perf/step_time")) {
       // A train step: advantages of 0 (the post-processed rewards) make the policy loss 0.
-      if (line.contains("train/pg_loss")) EXPECT_EQ(line["train/pg_loss"], 0.0) << line.dump();
+      if (line.contains("train/pg_loss")) {
+        EXPECT_EQ(line["train/pg_loss"], 0.0) << line.dump();
+      }
       continue;
     }
     const int64_t rollout = line["step"].get<int64_t>();

@@ -92,8 +92,11 @@ TEST_F(PythonGenerateTest, TurnsAreTheEnginesTokensAndToolAnswersAreMaskedOut) {
         const bool tool = i >= first && i < first + observation.size();
         EXPECT_EQ(sample.loss_mask[i], tool ? 0 : 1) << i;
         EXPECT_EQ(sample.weight_versions[i], tool ? -1 : 0) << i;
-        if (tool) EXPECT_EQ(sample.rollout_log_probs[i], 0.0f) << i;
-        if (!tool) EXPECT_LE(sample.rollout_log_probs[i], 0.0f) << i;
+        if (tool) {
+          EXPECT_EQ(sample.rollout_log_probs[i], 0.0f) << i;
+        } else {
+          EXPECT_LE(sample.rollout_log_probs[i], 0.0f) << i;
+        }
       }
       EXPECT_EQ(sample.response_length, static_cast<int64_t>(response.size()));
       EXPECT_TRUE(sample.reward.is_number());  // scored after the function returned
