@@ -175,7 +175,8 @@ LossOutput policy_loss(const PolicyLossInputs& inputs, const PolicyLossOptions& 
                          weights);
   }
 
-  at::Tensor pg_loss = (per_token * weights).sum();
+  at::Tensor pg_loss =
+      inputs.pg_loss_reducer ? inputs.pg_loss_reducer(per_token) : (per_token * weights).sum();
   at::Tensor loss = pg_loss;
   metrics.add("pg_loss", pg_loss);
   metrics.add("pg_clipfrac", (surrogate.clipped * weights).sum());

@@ -22,6 +22,8 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+
 #include "algorithms/advantages.h"
 #include "algorithms/kl.h"
 #include "algorithms/loss_aggregation.h"
@@ -83,6 +85,10 @@ struct PolicyLossInputs {
                        // required when entropy_coef != 0
   // Optional [B]: each sample's response tokens over all CP ranks (loss_aggregation.h).
   at::Tensor sequence_token_counts;
+  // Optional: reduces the per-token surrogate [T] to pg_loss in place of the aggregation's
+  // weights (a user's reducer, --custom-pg-loss-reducer-function-path); its result must be this
+  // micro-batch's share of the step's pg_loss. The other terms and metrics keep the weights.
+  std::function<at::Tensor(const at::Tensor& per_token)> pg_loss_reducer;
 };
 
 // Throws ooze::Error on a missing or misshapen input the options need, and ConfigError on

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "launcher/cluster_command.h"
+#include "python/hook_path.h"
 #include "rollout/rollout_options.h"
 #include "trainer/weight_sync_options.h"
 
@@ -162,6 +163,13 @@ trainer::TrainInit policy_init(const Config& config, const TrainPlan& plan) {
   init.options.step.temperature = temperature > 0 ? temperature : 1.0;
   init.reference_model = plan.needs_reference;
   init.ref_load = config.get<std::string>("ref_load");
+  // A Python loss's file is the one this command names, wherever a rank runs; its `args` are the
+  // run's flags.
+  for (std::string* path : {&init.options.step.custom_loss_function_path,
+                            &init.options.step.custom_pg_loss_reducer_function_path}) {
+    *path = python::with_absolute_file(*path);
+  }
+  init.hook_args = config.to_json().dump();
   return init;
 }
 

@@ -16,6 +16,7 @@
 #include "rollout/reward_model.h"
 #include "rollout/rollout_functions.h"
 #include "rollout/rollout_hooks.h"
+#include "trainer/python_loss.h"
 
 namespace ooze::launcher {
 namespace {
@@ -42,6 +43,8 @@ void run_job(const Config& config, const TrainPlan& plan, const ExperimentData& 
   }
   const rollout::RolloutHooks hooks(rollout::RolloutHookOptions::fields().read(config));
   const trainer::TrainInit init = policy_init(config, plan);
+  // A Python loss that cannot load is refused here, not by every trainer rank once started.
+  if (plan.with_trainers) trainer::load_python_losses(init.options.step);
   config.save_effective_config(config.get<std::string>("output_dir"));
   RuntimeGuard runtime;
   RlProcesses job = start_rl_processes(config, plan, init);

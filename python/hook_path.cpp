@@ -1,5 +1,7 @@
 #include "python/hook_path.h"
 
+#include <filesystem>
+
 namespace ooze::python {
 namespace {
 
@@ -24,6 +26,17 @@ HookPathKind hook_path_kind(const std::string& path) {
   if (ends_with(path, ".so")) return HookPathKind::kSharedLibrary;
   if (path.find_first_of("./") != std::string::npos) return HookPathKind::kPython;
   return HookPathKind::kBuiltin;
+}
+
+std::string with_absolute_file(const std::string& path) {
+  const size_t colon = path.rfind(':');
+  if (colon == std::string::npos || hook_path_kind(path) != HookPathKind::kPython) return path;
+  const std::string where = path.substr(0, colon);
+  // As python/ooze/function_path.py tells a file from a module.
+  if (where.empty() || (!ends_with(where, ".py") && where.find('/') == std::string::npos)) {
+    return path;
+  }
+  return std::filesystem::absolute(where).lexically_normal().string() + path.substr(colon);
 }
 
 }  // namespace ooze::python

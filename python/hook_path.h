@@ -16,4 +16,10 @@ enum class HookPathKind { kBuiltin, kSharedLibrary, kPython };
 
 HookPathKind hook_path_kind(const std::string& path);
 
+// `path` with a relative file made absolute against the working directory
+// (my_loss.py:fn -> /run/dir/my_loss.py:fn), so that processes started elsewhere (trainer ranks
+// on other nodes, or in another directory) load the file the command was given. Other spellings
+// come back as they are: modules resolve from each process's sys.path.
+std::string with_absolute_file(const std::string& path);
+
 }  // namespace ooze::python

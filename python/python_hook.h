@@ -53,6 +53,9 @@ class PythonHook {
   bool is_async() const { return is_async_; }
   const std::string& path() const { return path_; }
   const std::string& flag() const { return flag_; }
+  // The runtime's Hook object (a PyObject*, with its `function` and `name`), for the python/*.cpp
+  // that call a hook with more than JSON (python/loss_hook.cpp).
+  void* object() const { return hook_; }
 
   // ooze._hook_runtime.`operation`(hook, input), its answer back as JSON. Throws HookError.
   nlohmann::json call(const char* operation, const nlohmann::json& input) const;

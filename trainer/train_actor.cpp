@@ -20,6 +20,8 @@
 #include "fsdp/sharded_adamw.h"
 #include "fsdp/sharded_loading.h"
 #include "models/model_config.h"
+#include "python/hook_args.h"
+#include "trainer/python_loss.h"
 #include "trainer/reference_model.h"
 
 namespace ooze::trainer {
@@ -63,6 +65,9 @@ TrainActor::~TrainActor() = default;
 
 int64_t TrainActor::init(const TrainInit& init) {
   at::set_num_threads(1);
+  // A Python loss loads first, so that one that cannot load fails the run before anything starts.
+  if (!init.hook_args.empty()) python::set_hook_args(nlohmann::json::parse(init.hook_args));
+  load_python_losses(init.options.step);
   auto state = std::make_unique<State>();
   state->rank = env_int("RANK");
   state->world_size = env_int("WORLD_SIZE");

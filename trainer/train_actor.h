@@ -53,9 +53,12 @@ struct TrainInit {
   // the policy: the HF model in `ref_load` (--ref-load), or else the initial policy.
   bool reference_model = false;
   std::string ref_load;
+  // The run's flags as JSON (Config::to_json): the `args` of a Python loss in this rank
+  // (python/hook_args.h). Empty: none.
+  std::string hook_args;
   template <class A>
   void serialize(A& ar) {
-    ar(model_dir, group_name, options, role, reference_model, ref_load);
+    ar(model_dir, group_name, options, role, reference_model, ref_load, hook_args);
   }
 };
 

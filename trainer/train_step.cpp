@@ -10,6 +10,7 @@
 #include "models/causal_attention.h"
 #include "models/context_parallel_split.h"
 #include "models/log_probs.h"
+#include "trainer/python_loss.h"
 
 namespace ooze::trainer {
 namespace {
@@ -238,6 +239,10 @@ algorithms::LossOutput policy_loss_of(fsdp::FsdpTransformer& model,
   if (policy.mismatch.needs_rollout_log_probs()) {
     inputs.rollout_log_probs = value("rollout_log_probs");
   }
+  if (!options.custom_pg_loss_reducer_function_path.empty()) {
+    inputs.pg_loss_reducer =
+        custom_pg_loss_reducer(options.custom_pg_loss_reducer_function_path, batch, scale);
+  }
   return algorithms::policy_loss(inputs, policy, scale);
 }
 
@@ -260,6 +265,21 @@ algorithms::LossOutput value_loss_of(fsdp::FsdpTransformer& model,
   return algorithms::value_loss(inputs, options.value_loss, scale);
 }
 
+// The user's Python loss sees what the policy loss does: the log-probs and entropy of every token,
+// and the samples' values (python_loss.h).
+algorithms::LossOutput custom_loss_of(fsdp::FsdpTransformer& model,
+                                      const fsdp::PackedMicroBatch& batch, bool rank_has_samples,
+                                      const TrainStepOptions& options,
+                                      const algorithms::LossScale& scale) {
+  models::TokenLogProbs predicted =
+      token_log_probs(model, batch, options.temperature, /*with_entropy=*/true);
+  // As Slime: the entropy's gradient is computed only when the loss is meant to use it.
+  if (options.policy_loss.entropy_coef == 0) predicted.entropy = predicted.entropy.detach();
+  const int64_t data_parallel_rank = model.sharded().rank() / model.cp_size();
+  return custom_loss(options.custom_loss_function_path, batch, predicted, rank_has_samples, scale,
+                     data_parallel_rank);
+}
+
 algorithms::LossOutput loss_of(fsdp::FsdpTransformer& model, const fsdp::PackedMicroBatch& batch,
                                bool rank_has_samples, const TrainStepOptions& options,
                                const algorithms::LossScale& scale) {
@@ -270,6 +290,8 @@ algorithms::LossOutput loss_of(fsdp::FsdpTransformer& model, const fsdp::PackedM
       return sft_loss_of(model, batch, scale);
     case LossType::kValueLoss:
       return value_loss_of(model, batch, rank_has_samples, options, scale);
+    case LossType::kCustomLoss:
+      return custom_loss_of(model, batch, rank_has_samples, options, scale);
   }
   throw Error("unknown loss type");
 }
@@ -315,6 +337,8 @@ std::string loss_type_name(LossType type) {
       return "sft_loss";
     case LossType::kValueLoss:
       return "value_loss";
+    case LossType::kCustomLoss:
+      return "custom_loss";
   }
   return "?";
 }
@@ -322,10 +346,12 @@ std::string loss_type_name(LossType type) {
 namespace {
 
 LossType parse_loss_type(const nlohmann::json& name) {
-  for (LossType type : {LossType::kPolicyLoss, LossType::kSftLoss, LossType::kValueLoss}) {
+  for (LossType type :
+       {LossType::kPolicyLoss, LossType::kSftLoss, LossType::kValueLoss, LossType::kCustomLoss}) {
     if (loss_type_name(type) == name.get<std::string>()) return type;
   }
-  throw ConfigError("loss_type = " + name.dump() + " is not policy_loss, sft_loss or value_loss");
+  throw ConfigError("loss_type = " + name.dump() +
+                    " is not policy_loss, sft_loss, value_loss or custom_loss");
 }
 
 }  // namespace
@@ -342,9 +368,33 @@ const OptionFields<TrainStepOptions>& TrainStepOptions::fields() {
         "loss_type", FieldType::kEnum,
         [](const O& o) { return nlohmann::json(loss_type_name(o.loss_type)); },
         [](const nlohmann::json& value, O& o) { o.loss_type = parse_loss_type(value); },
-        "What the trainer minimises: the RL policy loss (algorithm section) or the supervised "
-        "loss on response tokens.");
-    loss_type.choices = {"policy_loss", "sft_loss"};
+        "What the trainer minimises: the RL policy loss (algorithm section), the supervised "
+        "loss on response tokens, or your Python loss (--custom-loss-function-path).");
+    loss_type.choices = {"policy_loss", "sft_loss", "custom_loss"};
+    f.add("custom_loss_function_path", &O::custom_loss_function_path,
+          "With --loss-type custom_loss: your loss, package.module.function or file.py:function, "
+          "(args, batch, logits, sum_of_sample_mean) -> (loss, metrics) as Slime's; see "
+          "docs/python_hooks.md.");
+    f.add("custom_pg_loss_reducer_function_path", &O::custom_pg_loss_reducer_function_path,
+          "With --loss-type policy_loss: your reducer of pg_loss, (total_lengths, "
+          "response_lengths, loss_masks, calculate_per_token_loss) -> (per-token pg_loss -> sum) "
+          "as Slime's, in place of --loss-aggregation for pg_loss only.");
+    f.add_rule([](const O& o) {
+      const bool custom = o.loss_type == LossType::kCustomLoss;
+      if (custom && o.custom_loss_function_path.empty()) {
+        throw ConfigError("--loss-type custom_loss needs --custom-loss-function-path");
+      }
+      if (!custom && !o.custom_loss_function_path.empty()) {
+        throw ConfigError("--custom-loss-function-path " + o.custom_loss_function_path +
+                          " is used with --loss-type custom_loss only: add it (or drop the path)");
+      }
+      if (o.loss_type != LossType::kPolicyLoss && !o.custom_pg_loss_reducer_function_path.empty()) {
+        throw ConfigError("--custom-pg-loss-reducer-function-path " +
+                          o.custom_pg_loss_reducer_function_path +
+                          " reduces the built-in policy loss: it is used with --loss-type "
+                          "policy_loss only");
+      }
+    });
     f.section("optimizer");
     f.add("clip_grad", &O::clip_grad,
           "Clip the global gradient norm to this; 0 turns clipping off. A non-finite norm skips "

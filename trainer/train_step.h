@@ -9,7 +9,8 @@
 //               when the options use them), the SFT loss, or a critic's value loss
 //               (value_loss.h, from "values" and "returns"), normalised by the step's global
 //               counts (loss_aggregation.h) so that the world size and the micro-batch split do
-//               not change the gradient;
+//               not change the gradient; or a user's Python loss (python_loss.h) on the same
+//               tensors, normalised the same way;
 //   5. backward accumulating into the gradient shards, micro-batch after micro-batch;
 //   6. step     global-norm clipping and AdamW (optimizer_step.h).
 //
@@ -48,9 +49,9 @@ namespace ooze::trainer {
 
 // Which loss a step trains on: --loss-type (Slime's values) for the policy; a critic (a model
 // with a value head, models::ModelHead::kValue) trains on the value loss.
-enum class LossType { kPolicyLoss, kSftLoss, kValueLoss };
+enum class LossType { kPolicyLoss, kSftLoss, kValueLoss, kCustomLoss };
 
-// "policy_loss", "sft_loss", "value_loss".
+// "policy_loss", "sft_loss", "value_loss", "custom_loss".
 std::string loss_type_name(LossType type);
 
 struct TrainStepOptions {
@@ -61,11 +62,17 @@ struct TrainStepOptions {
   LossType loss_type = LossType::kPolicyLoss;  // --loss-type (a critic: kValueLoss)
   algorithms::PolicyLossOptions policy_loss;   // with kPolicyLoss
   algorithms::ValueLossOptions value_loss;     // with kValueLoss
+  // --custom-loss-function-path: with kCustomLoss, the user's Python loss (python_loss.h). Its
+  // entropy gets a gradient when policy_loss.entropy_coef is not 0.
+  std::string custom_loss_function_path;
+  // --custom-pg-loss-reducer-function-path: with kPolicyLoss, the user's reducer of pg_loss.
+  std::string custom_pg_loss_reducer_function_path;
   // The policy's log-probs are those of softmax(logits / temperature), the distribution the
   // rollouts sampled from (--rollout-temperature), as the old and rollout log-probs are.
   double temperature = 1.0;
 
-  // The batching flags, --loss-aggregation, --loss-type and --clip-grad. The losses' options and
+  // The batching flags, --loss-aggregation, --loss-type, the two Python loss paths (each refused
+  // with another loss type) and --clip-grad. The losses' options and
   // the temperature travel with the struct; their flags are the algorithm's and the rollout's.
   static const OptionFields<TrainStepOptions>& fields();
 };

@@ -1,4 +1,4 @@
-"""ooze for users' hooks: what a reward function, filter or generate function imports.
+"""ooze for users' hooks: what a reward function, filter, generate function or loss imports.
 
     from ooze import Sample
 
@@ -9,6 +9,10 @@ Run with ``ooze train --custom-rm-path my_rewards.reward_func`` (or ``my_rewards
 Inside a run, ``ooze.args`` holds every flag of the run under Slime's underscore names; plain
 ``python3`` can import this package too (put ooze's ``python/`` folder on PYTHONPATH), so
 hooks can be tried on their own.
+
+A custom loss (``--loss-type custom_loss --custom-loss-function-path my_loss.py:loss``) takes
+Slime's helpers from here: ``get_log_probs_and_entropy``, ``compute_approx_kl`` and ``mpu``
+(ooze/losses.py).
 """
 
 import argparse
@@ -21,6 +25,19 @@ from .sample import Sample
 # Replaced by the run's flags when ooze starts a hook.
 args = argparse.Namespace()
 
+# A custom loss's helpers import torch: loaded when a hook first asks for them, so that hooks
+# without torch (rewards, filters) import ooze as fast as before.
+_LOSS_HELPERS = ("get_log_probs_and_entropy", "compute_approx_kl", "bounded_log_ratio")
+
+
+def __getattr__(name):
+    if name in _LOSS_HELPERS:
+        from . import losses
+
+        return getattr(losses, name)
+    raise AttributeError(f"module 'ooze' has no attribute '{name}'")
+
+
 __all__ = [
     "Sample",
     "DynamicFilterOutput",
@@ -30,4 +47,6 @@ __all__ = [
     "append_observation",
     "remaining_budget",
     "tokenizer",
+    "mpu",
+    *_LOSS_HELPERS,
 ]

@@ -31,7 +31,7 @@ const std::map<std::string, std::set<std::string>> kBuildsOn = {
     {"engine", {"models", "weight_sync"}},
     {"serving", {"engine", "actors"}},
     {"fsdp", {"models"}},
-    {"trainer", {"fsdp", "algorithms", "serving"}},
+    {"trainer", {"fsdp", "algorithms", "serving", "python"}},
     {"rollout", {"serving", "python"}},
     {"launcher", {"trainer", "rollout"}},
 };

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -41,6 +42,18 @@ TEST(HookPathTest, TheSpellingSaysWhatAPathNames) {
   EXPECT_EQ(hook_path_kind("my.pkg.rewards:reward_func"), HookPathKind::kPython);
   EXPECT_EQ(hook_path_kind("hooks/rewards.py:reward_func"), HookPathKind::kPython);
   EXPECT_EQ(hook_path_kind("rewards.py:reward_func"), HookPathKind::kPython);
+}
+
+TEST(HookPathTest, RelativeFilesBecomeAbsolute) {
+  const std::string here = std::filesystem::current_path().string();
+  EXPECT_EQ(with_absolute_file("my_loss.py:loss"), here + "/my_loss.py:loss");
+  EXPECT_EQ(with_absolute_file("losses/../my_loss.py:loss"), here + "/my_loss.py:loss");
+  EXPECT_EQ(with_absolute_file("/abs/my_loss.py:loss"), "/abs/my_loss.py:loss");
+  EXPECT_EQ(with_absolute_file("dir/module:loss"), here + "/dir/module:loss");
+  EXPECT_EQ(with_absolute_file("pkg.losses.loss"), "pkg.losses.loss");
+  EXPECT_EQ(with_absolute_file("pkg.losses:loss"), "pkg.losses:loss");
+  EXPECT_EQ(with_absolute_file("libmine.so:reward"), "libmine.so:reward");
+  EXPECT_EQ(with_absolute_file(""), "");
 }
 
 TEST(PythonHookTest, EverySpellingCallsTheSameFunction) {

@@ -1,0 +1,130 @@
+#include "trainer/python_loss.h"
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "algorithms/packed_sequences.h"
+#include "python/loss_hook.h"
+#include "python/pg_loss_reducer_hook.h"
+
+namespace ooze::trainer {
+namespace {
+
+constexpr const char* kLossFlag = "--custom-loss-function-path";
+constexpr const char* kReducerFlag = "--custom-pg-loss-reducer-function-path";
+
+// The per-token values a policy's samples may carry, under Slime's keys: a rank without samples
+// has none to name, so its padding micro-batch gets these, [0]-sized.
+const std::vector<std::string> kPolicyValueNames = {
+    "advantages", "returns", "old_log_probs", "rollout_log_probs", "ref_log_probs", "values"};
+
+// ooze calls the old policy's log-probs "old_log_probs"; Slime's batch calls them "log_probs".
+std::string slime_key(const std::string& name) {
+  return name == "old_log_probs" ? "log_probs" : name;
+}
+
+// Each function is loaded once per process and kept, as a plugin library is (a process runs one
+// or two at most).
+template <class Hook>
+const Hook& loaded(const std::string& path, const char* flag) {
+  static std::mutex mutex;
+  static std::map<std::string, Hook> hooks;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = hooks.find(path);
+  if (found == hooks.end()) found = hooks.emplace(path, Hook::load(path, flag)).first;
+  return found->second;
+}
+
+// [sum R_i]: the response slices of a per-token [T] tensor, concatenated.
+at::Tensor responses_concatenated(const fsdp::PackedMicroBatch& batch, const at::Tensor& tokens) {
+  return at::cat(fsdp::unpack_responses(batch, tokens));
+}
+
+// L_i of each packed sample, from cu_seqlens.
+std::vector<int64_t> total_lengths_of(const fsdp::PackedMicroBatch& batch) {
+  const at::Tensor cu_seqlens = batch.cu_seqlens.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* offsets = cu_seqlens.data_ptr<int64_t>();
+  std::vector<int64_t> lengths;
+  for (int64_t b = 0; b < batch.num_samples(); ++b) lengths.push_back(offsets[b + 1] - offsets[b]);
+  return lengths;
+}
+
+}  // namespace
+
+void load_python_losses(const TrainStepOptions& options) {
+  if (options.loss_type == LossType::kCustomLoss) {
+    loaded<python::LossHook>(options.custom_loss_function_path, kLossFlag);
+  }
+  if (options.loss_type == LossType::kPolicyLoss &&
+      !options.custom_pg_loss_reducer_function_path.empty()) {
+    loaded<python::PgLossReducerHook>(options.custom_pg_loss_reducer_function_path, kReducerFlag);
+  }
+}
+
+algorithms::LossOutput custom_loss(const std::string& path, const fsdp::PackedMicroBatch& batch,
+                                   const models::TokenLogProbs& predicted, bool rank_has_samples,
+                                   const algorithms::LossScale& scale, int64_t data_parallel_rank) {
+  const python::LossHook& hook = loaded<python::LossHook>(path, kLossFlag);
+  const int64_t tokens = batch.num_tokens();
+  const algorithms::PackedSequences sequences(batch.cu_seqlens, tokens,
+                                              predicted.log_probs.device());
+
+  python::LossHookInputs inputs;
+  for (const auto& [name, values] : batch.token_values) {
+    inputs.tensor_lists.emplace_back(slime_key(name), fsdp::unpack_responses(batch, values));
+  }
+  if (!rank_has_samples) {
+    for (const std::string& name : kPolicyValueNames) {
+      if (batch.token_values.count(name) != 0) continue;
+      inputs.tensor_lists.emplace_back(
+          slime_key(name), fsdp::unpack_responses(batch, at::zeros_like(predicted.log_probs)));
+    }
+  }
+  inputs.tensor_lists.emplace_back("loss_masks", fsdp::unpack_responses(batch, batch.loss_mask));
+  std::vector<int64_t> total_lengths = total_lengths_of(batch);
+  std::vector<at::Tensor> unconcat_tokens;
+  int64_t start = 0;
+  for (int64_t length : total_lengths) {
+    unconcat_tokens.push_back(batch.tokens.narrow(0, start, length));
+    start += length;
+  }
+  inputs.tensor_lists.emplace_back("unconcat_tokens", std::move(unconcat_tokens));
+  inputs.integer_lists.emplace_back("response_lengths", batch.response_lengths);
+  inputs.integer_lists.emplace_back("total_lengths", std::move(total_lengths));
+  inputs.log_probs = fsdp::unpack_responses(batch, predicted.log_probs);
+  inputs.entropy = fsdp::unpack_responses(batch, predicted.entropy);
+  inputs.token_weights = responses_concatenated(
+      batch, algorithms::loss_token_weights(batch.loss_mask, sequences, scale));
+  inputs.data_parallel_rank = data_parallel_rank;
+  inputs.data_parallel_size = scale.dp_size;
+
+  python::LossHookOutput out = hook.call(inputs);
+  algorithms::LossOutput loss;
+  loss.loss = out.loss * scale.gradient_factor();
+  const at::Tensor values = out.metric_values.to(at::kCPU).contiguous();
+  const double* data = values.data_ptr<double>();
+  for (size_t i = 0; i < out.metric_names.size(); ++i)
+    loss.metrics.add(out.metric_names[i], data[i]);
+  return loss;
+}
+
+std::function<at::Tensor(const at::Tensor& per_token)> custom_pg_loss_reducer(
+    const std::string& path, const fsdp::PackedMicroBatch& batch,
+    const algorithms::LossScale& scale) {
+  const python::PgLossReducerHook& hook = loaded<python::PgLossReducerHook>(path, kReducerFlag);
+  // Slime's reducers sum over the micro-batch; its loss then divides by the step's samples, or
+  // by its tokens when the loss is per token. The counts are clamped as the built-in weights'.
+  const bool per_token = scale.aggregation == algorithms::LossAggregation::kTokenMean;
+  const double divisor = std::max(per_token ? scale.global_tokens : scale.global_sequences, 1.0);
+  // `batch` outlives the reducer: the policy loss of this micro-batch calls it once.
+  return [&hook, &batch, per_token, divisor](const at::Tensor& per_token_loss) {
+    const at::Tensor reduced =
+        hook.reduce(total_lengths_of(batch), batch.response_lengths,
+                    fsdp::unpack_responses(batch, batch.loss_mask), per_token,
+                    responses_concatenated(batch, per_token_loss));
+    return reduced / divisor;
+  };
+}
+
+}  // namespace ooze::trainer
