@@ -36,9 +36,21 @@ const Hook& loaded(const std::string& path, const char* flag) {
   return found->second;
 }
 
-// [sum R_i]: the response slices of a per-token [T] tensor, concatenated.
-at::Tensor responses_concatenated(const fsdp::PackedMicroBatch& batch, const at::Tensor& tokens) {
-  return at::cat(fsdp::unpack_responses(batch, tokens));
+// The response slice of a per-token [T] tensor for each packed sample: views, as
+// fsdp::unpack_responses gives, but cut by one split, so that a gradient through them is one
+// autograd node for the micro-batch rather than one per sample (each filling a [T] tensor).
+std::vector<at::Tensor> responses_of(const fsdp::PackedMicroBatch& batch,
+                                     const std::vector<int64_t>& total_lengths,
+                                     const at::Tensor& tokens) {
+  std::vector<int64_t> pieces;  // prompt, response, prompt, response, ...
+  for (size_t b = 0; b < total_lengths.size(); ++b) {
+    pieces.push_back(total_lengths[b] - batch.response_lengths[b]);
+    pieces.push_back(batch.response_lengths[b]);
+  }
+  std::vector<at::Tensor> split = at::split_with_sizes(tokens, pieces);
+  std::vector<at::Tensor> responses;
+  for (size_t i = 1; i < split.size(); i += 2) responses.push_back(std::move(split[i]));
+  return responses;
 }
 
 // L_i of each packed sample, from cu_seqlens.
@@ -70,19 +82,22 @@ algorithms::LossOutput custom_loss(const std::string& path, const fsdp::PackedMi
   const algorithms::PackedSequences sequences(batch.cu_seqlens, tokens,
                                               predicted.log_probs.device());
 
+  std::vector<int64_t> total_lengths = total_lengths_of(batch);
+  auto responses = [&](const at::Tensor& tokens) {
+    return responses_of(batch, total_lengths, tokens);
+  };
   python::LossHookInputs inputs;
   for (const auto& [name, values] : batch.token_values) {
-    inputs.tensor_lists.emplace_back(slime_key(name), fsdp::unpack_responses(batch, values));
+    inputs.tensor_lists.emplace_back(slime_key(name), responses(values));
   }
   if (!rank_has_samples) {
     for (const std::string& name : kPolicyValueNames) {
       if (batch.token_values.count(name) != 0) continue;
-      inputs.tensor_lists.emplace_back(
-          slime_key(name), fsdp::unpack_responses(batch, at::zeros_like(predicted.log_probs)));
+      inputs.tensor_lists.emplace_back(slime_key(name),
+                                       responses(at::zeros_like(predicted.log_probs)));
     }
   }
-  inputs.tensor_lists.emplace_back("loss_masks", fsdp::unpack_responses(batch, batch.loss_mask));
-  std::vector<int64_t> total_lengths = total_lengths_of(batch);
+  inputs.tensor_lists.emplace_back("loss_masks", responses(batch.loss_mask));
   std::vector<at::Tensor> unconcat_tokens;
   int64_t start = 0;
   for (int64_t length : total_lengths) {
@@ -91,11 +106,11 @@ algorithms::LossOutput custom_loss(const std::string& path, const fsdp::PackedMi
   }
   inputs.tensor_lists.emplace_back("unconcat_tokens", std::move(unconcat_tokens));
   inputs.integer_lists.emplace_back("response_lengths", batch.response_lengths);
-  inputs.integer_lists.emplace_back("total_lengths", std::move(total_lengths));
-  inputs.log_probs = fsdp::unpack_responses(batch, predicted.log_probs);
-  inputs.entropy = fsdp::unpack_responses(batch, predicted.entropy);
-  inputs.token_weights = responses_concatenated(
-      batch, algorithms::loss_token_weights(batch.loss_mask, sequences, scale));
+  inputs.integer_lists.emplace_back("total_lengths", total_lengths);
+  inputs.log_probs = responses(predicted.log_probs);
+  inputs.entropy = responses(predicted.entropy);
+  inputs.token_weights =
+      at::cat(responses(algorithms::loss_token_weights(batch.loss_mask, sequences, scale)));
   inputs.data_parallel_rank = data_parallel_rank;
   inputs.data_parallel_size = scale.dp_size;
 
@@ -119,10 +134,10 @@ std::function<at::Tensor(const at::Tensor& per_token)> custom_pg_loss_reducer(
   const double divisor = std::max(per_token ? scale.global_tokens : scale.global_sequences, 1.0);
   // `batch` outlives the reducer: the policy loss of this micro-batch calls it once.
   return [&hook, &batch, per_token, divisor](const at::Tensor& per_token_loss) {
-    const at::Tensor reduced =
-        hook.reduce(total_lengths_of(batch), batch.response_lengths,
-                    fsdp::unpack_responses(batch, batch.loss_mask), per_token,
-                    responses_concatenated(batch, per_token_loss));
+    const std::vector<int64_t> total_lengths = total_lengths_of(batch);
+    const at::Tensor reduced = hook.reduce(
+        total_lengths, batch.response_lengths, responses_of(batch, total_lengths, batch.loss_mask),
+        per_token, at::cat(responses_of(batch, total_lengths, per_token_loss)));
     return reduced / divisor;
   };
 }
