@@ -1,10 +1,11 @@
 // The CPU example scripts as users run them (examples/README.md), each cut to 2 rollouts and a
 // short warm start: every one must exit 0 and write the metrics its algorithm or plugin is
 // about.
-//   - examples/algorithms/{grpo,dapo,gspo,reinforce_plus_plus,ppo}.sh: grpo.sh makes the warm
-//     start, the others begin from it (WARM_START); each run's config.json names its algorithm,
-//     and each logs what only that algorithm produces (the KL metric of GRPO, DAPO's dropped
-//     groups, the reference log-probs of REINFORCE++'s KL penalty).
+//   - examples/algorithms/{grpo,dapo,gspo,reinforce_plus_plus,ppo,cispo}.sh: grpo.sh makes the
+//     warm start, the others begin from it (WARM_START); each run's config.json names its
+//     algorithm, and each logs what only that algorithm produces (the KL metric of GRPO, DAPO's
+//     dropped groups, the reference log-probs of REINFORCE++'s KL penalty, the metric of
+//     CISPO's Python loss).
 //   - examples/reward_plugin/run.sh: the plugin installed, built and loaded; every saved
 //     sample's reward is checked against the format rule written out here.
 //   - examples/multi_turn/run.sh: the calculator plugin built and called during rollouts, and
@@ -168,6 +169,17 @@ TEST(ExamplesTest, AlgorithmVariantsRunOnTheDemoTask) {
   for (const json& step : ppo.train_steps) {
     EXPECT_TRUE(step.contains("critic/value_loss")) << step.dump();
     EXPECT_TRUE(step.contains("critic/value_clipfrac")) << step.dump();
+  }
+
+  // CISPO as a Python loss (examples/algorithms/cispo_loss.py) in every trainer rank.
+  const ScriptRun cispo = run_example("algorithms/cispo.sh", {{"WARM_START", warm_start}});
+  expect_complete_rl_run(cispo, "cispo");
+  EXPECT_EQ(cispo.config.value("loss_type", ""), "custom_loss");
+  EXPECT_EQ(cispo.config.value("custom_loss_function_path", ""),
+            std::string(OOZE_SOURCE_DIR) + "/examples/algorithms/cispo_loss.py:cispo_loss");
+  for (const json& step : cispo.train_steps) {
+    ASSERT_TRUE(step.contains("train/is_ratio_mean")) << step.dump();
+    EXPECT_NEAR(step["train/is_ratio_mean"].get<double>(), 1.0, 0.5) << step.dump();
   }
 }
 
