@@ -2,7 +2,8 @@
 // the interpreter starts in the ranks only (forking a process that runs Python can deadlock).
 //   - examples/algorithms/ppo_loss.py and cispo_loss.py, the built-in PPO clip and CISPO losses
 //     in Python, give the built-in's gradients (every parameter) and metrics within 1e-6, on
-//     the built-in plain model (W = 1) as the reference, at W = 1 and W = 2: the three loss
+//     the built-in plain model (W = 1) as the reference, at W = 1, W = 2 and W = 2 as one
+//     context-parallel group (the loss sees whole samples): the three loss
 //     aggregations, a token budget and one sample per micro-batch (so that a rank runs a padding
 //     micro-batch), dual clip, clip-higher, KL (with and without gradient, unbiased) and entropy
 //     terms, a temperature;
@@ -206,21 +207,25 @@ TrainStepOptions in_python(const LossCase& loss) {
 }
 
 // One rank: each case's Python loss on this rank's share against the built-in loss on the plain
-// model with the whole batch.
-void reproduce_builtin_losses(const std::shared_ptr<comm::Communicator>& world,
-                              const Check& check) {
+// model with the whole batch. With `cp_size` 2 the ranks form one context-parallel group.
+void reproduce_builtin_losses(const std::shared_ptr<comm::Communicator>& world, const Check& check,
+                              int64_t cp_size = 1) {
   const int rank = world->rank();
   fsdp::FsdpTransformer plain(fsdp_test::make_model(false), nullptr);
-  fsdp::FsdpTransformer model(fsdp_test::make_model(false), world);
+  fsdp::FsdpTransformerOptions sharded;
+  sharded.context_parallel_size = cp_size;
+  fsdp::FsdpTransformer model(fsdp_test::make_model(false), world, sharded);
   for (const LossCase& loss : loss_cases()) {
     python::set_hook_args(flags_of(loss.builtin));
     const std::vector<fsdp::PackingSample> samples = first(global_batch(), loss.num_samples);
+    TrainStepOptions python = in_python(loss);
+    python.packing.context_parallel_size = cp_size;
     const std::vector<int64_t> share = fsdp::split_across_ranks(
-        fsdp::sample_lengths(samples), world->size(), loss.builtin.packing)[rank];
+        fsdp::sample_lengths(samples), world->size(), python.packing)[rank];
     const TrainStepResult want = accumulate_gradients(plain, samples, loss.builtin);
     TrainStepResult got;
     try {
-      got = accumulate_gradients(model, subset(samples, share), in_python(loss));
+      got = accumulate_gradients(model, subset(samples, share), python);
     } catch (const std::exception& error) {
       check(false, loss.name + ": " + error.what());
       return;
@@ -240,9 +245,10 @@ void reproduce_builtin_losses(const std::shared_ptr<comm::Communicator>& world,
     check(got.samples == want.samples && got.loss_tokens == want.loss_tokens,
           loss.name + ": the step counted other samples or tokens");
     if (rank == 0) {
-      std::printf("W=%d %s: max |grad - built-in| %.3g (max |grad| %.3g), loss %.9g vs %.9g\n",
-                  world->size(), loss.name.c_str(), diff, magnitude, got.metrics.at("loss"),
-                  want.metrics.at("loss"));
+      std::printf(
+          "W=%d CP=%d %s: max |grad - built-in| %.3g (max |grad| %.3g), loss %.9g vs %.9g\n",
+          world->size(), static_cast<int>(cp_size), loss.name.c_str(), diff, magnitude,
+          got.metrics.at("loss"), want.metrics.at("loss"));
     }
     plain.zero_grad();
     model.zero_grad();
@@ -267,6 +273,13 @@ TEST(PythonLossTest, ReproducesTheBuiltInLossesAtWorldSizeTwo) {
   expect_all_passed(
       ::ooze::testing::run_forked_ranks(2, [](const ::ooze::testing::RankContext& rank) {
         reproduce_builtin_losses(rank.group, rank.check);
+      }));
+}
+
+TEST(PythonLossTest, ReproducesTheBuiltInLossesUnderContextParallelism) {
+  expect_all_passed(
+      ::ooze::testing::run_forked_ranks(2, [](const ::ooze::testing::RankContext& rank) {
+        reproduce_builtin_losses(rank.group, rank.check, /*cp_size=*/2);
       }));
 }
 
