@@ -41,13 +41,13 @@ const Hook& loaded(const std::string& path, const char* flag) {
 // autograd node for the micro-batch rather than one per sample (each filling a [T] tensor).
 std::vector<at::Tensor> responses_of(const fsdp::PackedMicroBatch& batch,
                                      const std::vector<int64_t>& total_lengths,
-                                     const at::Tensor& tokens) {
+                                     const at::Tensor& per_token) {
   std::vector<int64_t> pieces;  // prompt, response, prompt, response, ...
   for (size_t b = 0; b < total_lengths.size(); ++b) {
     pieces.push_back(total_lengths[b] - batch.response_lengths[b]);
     pieces.push_back(batch.response_lengths[b]);
   }
-  std::vector<at::Tensor> split = at::split_with_sizes(tokens, pieces);
+  std::vector<at::Tensor> split = at::split_with_sizes(per_token, pieces);
   std::vector<at::Tensor> responses;
   for (size_t i = 1; i < split.size(); i += 2) responses.push_back(std::move(split[i]));
   return responses;
@@ -78,13 +78,11 @@ algorithms::LossOutput custom_loss(const std::string& path, const fsdp::PackedMi
                                    const models::TokenLogProbs& predicted, bool rank_has_samples,
                                    const algorithms::LossScale& scale, int64_t data_parallel_rank) {
   const python::LossHook& hook = loaded<python::LossHook>(path, kLossFlag);
-  const int64_t tokens = batch.num_tokens();
-  const algorithms::PackedSequences sequences(batch.cu_seqlens, tokens,
+  const algorithms::PackedSequences sequences(batch.cu_seqlens, batch.num_tokens(),
                                               predicted.log_probs.device());
-
-  std::vector<int64_t> total_lengths = total_lengths_of(batch);
-  auto responses = [&](const at::Tensor& tokens) {
-    return responses_of(batch, total_lengths, tokens);
+  const std::vector<int64_t> total_lengths = total_lengths_of(batch);
+  auto responses = [&](const at::Tensor& per_token) {
+    return responses_of(batch, total_lengths, per_token);
   };
   python::LossHookInputs inputs;
   for (const auto& [name, values] : batch.token_values) {
@@ -98,13 +96,8 @@ algorithms::LossOutput custom_loss(const std::string& path, const fsdp::PackedMi
     }
   }
   inputs.tensor_lists.emplace_back("loss_masks", responses(batch.loss_mask));
-  std::vector<at::Tensor> unconcat_tokens;
-  int64_t start = 0;
-  for (int64_t length : total_lengths) {
-    unconcat_tokens.push_back(batch.tokens.narrow(0, start, length));
-    start += length;
-  }
-  inputs.tensor_lists.emplace_back("unconcat_tokens", std::move(unconcat_tokens));
+  inputs.tensor_lists.emplace_back("unconcat_tokens",
+                                   at::split_with_sizes(batch.tokens, total_lengths));
   inputs.integer_lists.emplace_back("response_lengths", batch.response_lengths);
   inputs.integer_lists.emplace_back("total_lengths", total_lengths);
   inputs.log_probs = responses(predicted.log_probs);
