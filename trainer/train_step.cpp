@@ -374,7 +374,7 @@ const OptionFields<TrainStepOptions>& TrainStepOptions::fields() {
     f.add("custom_loss_function_path", &O::custom_loss_function_path,
           "With --loss-type custom_loss: your loss, package.module.function or file.py:function, "
           "(args, batch, logits, sum_of_sample_mean) -> (loss, metrics) as Slime's; see "
-          "docs/python_hooks.md.");
+          "docs/custom_loss.md.");
     f.add("custom_pg_loss_reducer_function_path", &O::custom_pg_loss_reducer_function_path,
           "With --loss-type policy_loss: your reducer of pg_loss, (total_lengths, "
           "response_lengths, loss_masks, calculate_per_token_loss) -> (per-token pg_loss -> sum) "

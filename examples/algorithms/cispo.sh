@@ -4,7 +4,7 @@
 # advantages. Every token keeps a gradient, weighted by its importance ratio clipped to at most
 # 1 + 3 = 4 and detached (no lower bound: --eps-clip 1), where PPO's clip drops the token.
 # The loss runs in each trainer rank's embedded Python on the step's own tensors
-# (docs/python_hooks.md); its metrics, train/is_ratio_mean among them, are logged as the
+# (docs/custom_loss.md); its metrics, train/is_ratio_mean among them, are logged as the
 # built-in ones.
 #
 #   examples/algorithms/cispo.sh [more ooze train flags]
