@@ -26,9 +26,7 @@ class DictWriter final : public RecordWriter {
   py::dict take() { return std::move(dict_); }
 
   void add(const char* key, int64_t value) override { set(key, py::int_(value)); }
-  void add(const char* key, const std::string& value) override {
-    set(key, to_python(nlohmann::json(value)));
-  }
+  void add(const char* key, const std::string& value) override { set(key, to_python(value)); }
   void add(const char* key, const std::vector<int64_t>& values) override { set_list(key, values); }
   void add(const char* key, const std::vector<int32_t>& values) override { set_list(key, values); }
   void add(const char* key, const std::vector<float>& values) override {

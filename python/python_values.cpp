@@ -7,6 +7,13 @@ namespace py = pybind11;
 
 namespace ooze::python {
 
+py::object to_python(const std::string& text) {
+  PyObject* decoded =
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+  if (decoded == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(decoded);
+}
+
 py::object to_python(const nlohmann::json& value) {
   switch (value.type()) {
     case nlohmann::json::value_t::null:

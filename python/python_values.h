@@ -12,6 +12,9 @@ namespace ooze::python {
 // response cut inside a character may be), arrays -> lists, objects -> dicts.
 pybind11::object to_python(const nlohmann::json& value);
 
+// A str from UTF-8 text, ill-formed bytes decoded as U+FFFD.
+pybind11::object to_python(const std::string& text);
+
 // The reverse, for None, bool, int (64-bit), float, str, list and tuple, and dicts with str keys.
 // Throws std::invalid_argument naming what cannot be carried (another type, a huge int).
 nlohmann::json from_python(pybind11::handle value);
