@@ -3,21 +3,13 @@
 #include <pybind11/embed.h>
 #include <pybind11/stl.h>
 
+#include "python/hook_error.h"
 #include "python/tensor_bridge.h"
 
 namespace py = pybind11;
 
 namespace ooze::python {
 namespace {
-
-// The message of a HookError raised by the runtime is already whole (it names the hook); any other
-// error is the runtime's own, shown with its traceback.
-std::string message_of(py::error_already_set& error, const PythonHook& hook) {
-  if (error.matches(py::module_::import("ooze._hook_runtime").attr("HookError"))) {
-    return py::str(error.value()).cast<std::string>();
-  }
-  return hook.flag() + " " + hook.path() + ": " + error.what();
-}
 
 py::list tensor_list(const std::vector<at::Tensor>& tensors) {
   py::list out(tensors.size());
@@ -53,7 +45,7 @@ LossHookOutput LossHook::call(const LossHookInputs& inputs) const {
     out.metric_names = result[1].cast<std::vector<std::string>>();
     out.metric_values = from_python(result[2], "the metrics");
   } catch (py::error_already_set& error) {
-    throw HookError(message_of(error, hook_));
+    throw hook_error(error, hook_.flag() + " " + hook_.path());
   }
   return out;
 }

@@ -3,6 +3,7 @@
 #include <pybind11/embed.h>
 #include <pybind11/stl.h>
 
+#include "python/hook_error.h"
 #include "python/tensor_bridge.h"
 
 namespace py = pybind11;
@@ -31,10 +32,7 @@ at::Tensor PgLossReducerHook::reduce(const std::vector<int64_t>& total_lengths,
                        response_lengths, masks, per_token, to_python(x));
     out = from_python(result, "the reduced pg_loss");
   } catch (py::error_already_set& error) {
-    if (error.matches(py::module_::import("ooze._hook_runtime").attr("HookError"))) {
-      throw HookError(py::str(error.value()).cast<std::string>());
-    }
-    throw HookError(hook_.flag() + " " + hook_.path() + ": " + error.what());
+    throw hook_error(error, hook_.flag() + " " + hook_.path());
   }
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include <pybind11/embed.h>
 
+#include "python/hook_error.h"
 #include "python/interpreter.h"
 #include "python/python_values.h"
 
@@ -11,13 +12,6 @@ namespace ooze::python {
 namespace {
 
 py::module_ runtime() { return py::module_::import("ooze._hook_runtime"); }
-
-// The message of a HookError raised by the runtime is already whole; anything else is a
-// Python error in ooze's own runtime, shown with its traceback.
-std::string message_of(py::error_already_set& error) {
-  if (error.matches(runtime().attr("HookError"))) return py::str(error.value()).cast<std::string>();
-  return error.what();
-}
 
 // A record is a dict; its keys are made once per process and shared by every record.
 class DictWriter final : public RecordWriter {
@@ -54,6 +48,13 @@ class DictWriter final : public RecordWriter {
 
 }  // namespace
 
+HookError hook_error(py::error_already_set& error, const std::string& hook) {
+  if (error.matches(runtime().attr("HookError"))) {
+    return HookError(py::str(error.value()).cast<std::string>());
+  }
+  return HookError(hook + ": " + error.what());
+}
+
 PythonHook PythonHook::load(const std::string& path, const std::string& flag,
                             const std::vector<std::string>& parameters) {
   ensure_started();
@@ -66,7 +67,7 @@ PythonHook PythonHook::load(const std::string& path, const std::string& flag,
     hook.is_async_ = loaded.attr("is_async").cast<bool>();
     hook.hook_ = loaded.release().ptr();
   } catch (py::error_already_set& error) {
-    throw HookError(message_of(error));
+    throw hook_error(error, flag + " " + path);
   }
   return hook;
 }
@@ -77,7 +78,7 @@ nlohmann::json PythonHook::call(const char* operation, const nlohmann::json& inp
     py::handle hook(static_cast<PyObject*>(hook_));
     return from_python(runtime().attr(operation)(hook, to_python(input)));
   } catch (py::error_already_set& error) {
-    throw HookError(flag_ + " " + path_ + ": " + message_of(error));
+    throw hook_error(error, flag_ + " " + path_);
   } catch (const std::invalid_argument& error) {
     throw HookError(flag_ + " " + path_ + ": " + error.what());
   }
@@ -97,7 +98,7 @@ nlohmann::json PythonHook::call_with_records(const char* operation, size_t count
     py::handle hook(static_cast<PyObject*>(hook_));
     return from_python(runtime().attr(operation)(hook, records));
   } catch (py::error_already_set& error) {
-    throw HookError(flag_ + " " + path_ + ": " + message_of(error));
+    throw hook_error(error, flag_ + " " + path_);
   } catch (const std::invalid_argument& error) {
     throw HookError(flag_ + " " + path_ + ": " + error.what());
   }
