@@ -14,6 +14,7 @@
 #include "launcher/async_rollouts.h"
 #include "launcher/debug_rollout_data.h"
 #include "launcher/engine_supervisor.h"
+#include "python/hook_args.h"
 #include "rollout/rollout_metrics.h"
 #include "rollout/sft_rollout.h"
 #include "trainer/trainer_group.h"
@@ -103,6 +104,11 @@ RlLoop::RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData
     supervisor_ = std::make_unique<EngineSupervisor>(config, job);
   }
   if (plan.with_engines()) {
+    http_router_ = std::make_unique<serving::RouterServer>(serving::ServerOptions{}, job.router);
+    nlohmann::json args = config.to_json();
+    args["sglang_router_ip"] = "127.0.0.1";
+    args["sglang_router_port"] = http_router_->port();
+    python::set_hook_args(args);
     manager_ =
         std::make_unique<rollout::RolloutManager>(rollout::RolloutOptions::fields().read(config),
                                                   *source_, *job.router, data.tokenizer, *rewards_);
@@ -117,7 +123,8 @@ bool RlLoop::takes_turns() const {
 }
 
 bool RlLoop::evaluating() const {
-  return manager_ && !data_.eval_datasets.empty() && data_.eval_options.eval_interval > 0;
+  return manager_ && data_.eval_options.eval_interval > 0 &&
+         (!data_.eval_datasets.empty() || manager_->has_eval_function());
 }
 
 void RlLoop::on_every_engine(void (serving::RolloutEngine::*method)()) {
@@ -154,7 +161,7 @@ void RlLoop::run() {
   async_ = nullptr;
   rollouts.reset();
   if (evaluating()) {
-    log_.eval(plan_.num_rollout, evaluate());  // the final policy, whatever the interval
+    log_.eval(plan_.num_rollout, evaluate(plan_.num_rollout));  // the final policy
   }
   const std::string save_hf = config_.get<std::string>("save_hf");
   if (!save_hf.empty() && plan_.with_trainers) {
@@ -180,6 +187,7 @@ int64_t RlLoop::resume() {
                                           state["critic_iteration"].get<int64_t>()));
   }
   if (manager_ && !state["rollout_manager"].is_null()) manager_->restore(state["rollout_manager"]);
+  if (manager_) manager_->load_data_source(first_rollout - 1);
   if (!manager_ && source_ && state.contains("prompt_source")) {
     source_->restore(state["prompt_source"], rollout_state_path(load_dir, progress.iteration));
   }
@@ -200,7 +208,7 @@ GeneratedRollout RlLoop::generate_rollout(int64_t rollout_id) {
   GeneratedRollout generated;
   if (evaluating() && rollout_id % data_.eval_options.eval_interval == 0) {
     if (async_) async_->wait_for_version(rollout_id);
-    generated.eval = evaluate();
+    generated.eval = evaluate(rollout_id);
   }
   const Clock::time_point start = Clock::now();
   int64_t stale_groups = 0;
@@ -397,9 +405,17 @@ void RlLoop::sync(int64_t version, MetricLine& line) {
   }
 }
 
-MetricLine RlLoop::evaluate() {
+MetricLine RlLoop::evaluate(int64_t rollout_id) {
   const Clock::time_point start = Clock::now();
-  MetricLine line = manager_->evaluate(data_.eval_datasets, data_.eval_options);
+  rollout::Evaluation evaluation =
+      manager_->evaluate(data_.eval_datasets, data_.eval_options, rollout_id);
+  MetricLine line = evaluation.metrics;
+  if (hooks_.log_eval(rollout_id, evaluation.data, evaluation.metrics)) {
+    // The user's log function took the evaluation's own metrics over.
+    for (auto it = line.begin(); it != line.end();) {
+      it = it->first.rfind("eval/", 0) == 0 ? line.erase(it) : std::next(it);
+    }
+  }
   line["perf/eval_time"] = seconds_since(start);
   return line;
 }
@@ -429,6 +445,8 @@ void RlLoop::save(int64_t next_rollout_id) {
             .front()
             .iteration;
   }
+  // A --data-source-path class writes its own state, named by the last rollout it covers.
+  if (manager_) manager_->save_data_source(next_rollout_id - 1);
   write_file_atomically(rollout_state_path(save_dir, optimizer_steps_), state.dump(2) + "\n");
   if (fsdp::latest_checkpoint_iteration(save_dir) == optimizer_steps_) return;
   if (takes_turns()) actors::get_all(job_.trainers.call_all(&trainer::TrainActor::wake_up));

@@ -43,6 +43,7 @@
 #include "rollout/reward_model.h"
 #include "rollout/rollout_hooks.h"
 #include "rollout/rollout_manager.h"
+#include "serving/router_server.h"
 #include "trainer/trainer_options.h"
 
 namespace ooze::launcher {
@@ -68,7 +69,7 @@ class RlLoop {
   void score(RolloutBatch& batch, MetricLine& line);
   void train(int64_t rollout_id, const RolloutBatch& batch, MetricLine& line);
   void sync(int64_t version, MetricLine& line);
-  MetricLine evaluate();
+  MetricLine evaluate(int64_t rollout_id);
   nlohmann::json generation_state() const;
   void save(int64_t next_rollout_id);
   bool evaluating() const;   // eval datasets and an --eval-interval were given
@@ -92,6 +93,9 @@ class RlLoop {
   // --use-fault-tolerance: dead or hung engines restarted, re-synced and routed again.
   std::unique_ptr<EngineSupervisor> supervisor_;
   int64_t engines_restarted_ = 0;  // since the last rollout line
+  // The job's router over HTTP, for users' functions that post to it (args.sglang_router_ip,
+  // args.sglang_router_port), as Slime's generate functions do.
+  std::unique_ptr<serving::RouterServer> http_router_;
 };
 
 }  // namespace ooze::launcher

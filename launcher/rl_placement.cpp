@@ -254,7 +254,7 @@ RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan,
     std::string urls;
     for (const std::string& url : router.engine_urls) urls += " " + url;
     OOZE_LOG(INFO) << "engines serving at" << urls;
-    job.router = std::make_unique<serving::Router>(router);
+    job.router = std::make_shared<serving::Router>(router);
   }
   if (plan.with_trainers && plan.with_engines()) {
     trainer::RolloutEngineConnection connection;

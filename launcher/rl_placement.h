@@ -38,7 +38,7 @@ struct RlProcesses {
   std::optional<actors::PlacementGroup> critic_placement;
   trainer::TrainerGroup critics;
   std::vector<actors::ActorHandle<serving::RolloutEngine>> engines;  // empty without engines
-  std::unique_ptr<serving::Router> router;  // over the engines' HTTP servers
+  std::shared_ptr<serving::Router> router;  // over the engines' HTTP servers
 };
 
 // Starts the actor runtime, reserves the bundles (ConfigError naming the placement flags, before

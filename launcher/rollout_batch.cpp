@@ -69,14 +69,19 @@ std::vector<at::Tensor> RolloutBatch::get(const std::string& name) const {
 }
 
 std::vector<trainer::TrainBatch> RolloutBatch::global_batches(int64_t size) const {
-  const int64_t total = static_cast<int64_t>(samples.size());
+  const int64_t total = static_cast<int64_t>(rollout_sizes.size());
   if (size <= 0 || total % size != 0) {
     throw ConfigError("--global-batch-size " + std::to_string(size) + " does not divide the " +
                       std::to_string(total) +
                       " samples of a rollout (rollout_batch_size * n_samples_per_prompt)");
   }
   std::vector<trainer::TrainBatch> batches(static_cast<size_t>(total / size));
-  for (int64_t i = 0; i < total; ++i) batches[i / size].samples.push_back(samples[i]);
+  size_t next = 0;
+  for (int64_t r = 0; r < total; ++r) {
+    for (int64_t i = 0; i < rollout_sizes[r]; ++i) {
+      batches[r / size].samples.push_back(samples[next++]);
+    }
+  }
   return batches;
 }
 
@@ -84,12 +89,25 @@ RolloutBatch rollout_batch(const std::vector<std::vector<rollout::Sample>>& grou
                            const std::string& reward_key) {
   RolloutBatch batch;
   if (groups.empty()) return batch;
-  batch.group_size = static_cast<int64_t>(groups.front().size());
-  for (const auto& group : groups) {
-    if (static_cast<int64_t>(group.size()) != batch.group_size) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::vector<rollout::Sample>& group = groups[g];
+    // Consecutive samples sharing a rollout_id are one rollout.
+    int64_t rollouts = 0;
+    for (size_t i = 0; i < group.size(); ++i) {
+      const bool continues =
+          i > 0 && !group[i].rollout_id.is_null() && group[i].rollout_id == group[i - 1].rollout_id;
+      if (continues) {
+        ++batch.rollout_sizes.back();
+      } else {
+        batch.rollout_sizes.push_back(1);
+        ++rollouts;
+      }
+    }
+    if (g == 0) batch.group_size = rollouts;
+    if (rollouts != batch.group_size) {
       throw Error("a rollout's groups must be of one size: group " +
                   (group.empty() ? std::string("?") : std::to_string(group[0].group_index)) +
-                  " has " + std::to_string(group.size()) + " samples, the first " +
+                  " has " + std::to_string(rollouts) + " rollouts, the first " +
                   std::to_string(batch.group_size));
     }
     for (const rollout::Sample& sample : group) {
@@ -104,13 +122,56 @@ RolloutBatch rollout_batch(const std::vector<std::vector<rollout::Sample>>& grou
   return batch;
 }
 
-void compute_advantages(RolloutBatch& batch, const algorithms::AdvantageOptions& options,
+namespace {
+
+// Split rollouts: each sample's reward becomes its rollout's, baseline-corrected over the group's
+// rollouts, a rollout's reward being the sum of its samples'. The estimator then takes them as
+// they are: there is no group of samples left to normalise over.
+at::Tensor rollout_level_rewards(const RolloutBatch& batch, algorithms::AdvantageOptions& options) {
+  using algorithms::AdvantageEstimator;
+  if (options.estimator == AdvantageEstimator::kRloo) {
+    throw ConfigError(
+        "--advantage-estimator rloo takes one sample per rollout, but the generate "
+        "function split rollouts into several samples: use grpo or "
+        "reinforce_plus_plus_baseline");
+  }
+  const at::Tensor rewards = at::tensor(batch.rewards, at::kDouble);
+  const bool grouped = options.estimator == AdvantageEstimator::kGrpo ||
+                       options.estimator == AdvantageEstimator::kGspo ||
+                       options.estimator == AdvantageEstimator::kCispo ||
+                       options.estimator == AdvantageEstimator::kReinforcePlusPlusBaseline;
+  if (!grouped || options.disable_rewards_normalization) return rewards;
+  std::vector<double> totals;
+  std::vector<int64_t> rollout_of_sample;
+  int64_t next = 0;
+  for (size_t r = 0; r < batch.rollout_sizes.size(); ++r) {
+    const int64_t size = batch.rollout_sizes[r];
+    totals.push_back(rewards.slice(0, next, next + size).sum().item<double>());
+    rollout_of_sample.insert(rollout_of_sample.end(), size, static_cast<int64_t>(r));
+    next += size;
+  }
+  const bool divide_by_std = options.estimator != AdvantageEstimator::kReinforcePlusPlusBaseline &&
+                             !options.disable_grpo_std_normalization;
+  const at::Tensor normalized = algorithms::group_normalized_rewards(
+      at::tensor(totals, at::kDouble), batch.group_size, divide_by_std);
+  options.disable_rewards_normalization = true;
+  return normalized.index_select(0, at::tensor(rollout_of_sample, at::kLong));
+}
+
+}  // namespace
+
+void compute_advantages(RolloutBatch& batch, const algorithms::AdvantageOptions& given_options,
                         algorithms::KlEstimator kl_type) {
+  algorithms::AdvantageOptions options = given_options;
   algorithms::AdvantageInputs inputs;
   if (options.estimator == algorithms::AdvantageEstimator::kPpo)
     inputs.values = batch.get("values");
-  inputs.rewards = at::tensor(batch.rewards, at::kDouble);
   inputs.group_size = batch.group_size;
+  inputs.rewards = at::tensor(batch.rewards, at::kDouble);
+  if (batch.has_split_rollouts()) {
+    inputs.rewards = rollout_level_rewards(batch, options);
+    inputs.group_size = 1;
+  }
   for (const fsdp::PackingSample& sample : batch.samples) {
     inputs.response_masks.push_back(sample.response_mask);
   }

@@ -12,6 +12,12 @@
 // the response mask, and per-token values by name ("rollout_log_probs" from the start; the
 // others as they are set), each [R] float32 over the response tokens. The driver holds the whole
 // rollout, so advantages are computed, and whitened, over all of it at once.
+//
+// A generate function may split one conversation into several samples sharing a rollout_id
+// (rollout::Sample::rollout_id). They count as one rollout of their group: the group's
+// baseline is taken over its rollouts, each scored by the sum of its samples' rewards, and every
+// sample of a rollout gets its rollout's advantage; optimizer steps take whole rollouts
+// (--global-batch-size counts rollouts). Without split samples a rollout is a sample.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -30,7 +36,8 @@ namespace ooze::launcher {
 struct RolloutBatch {
   std::vector<fsdp::PackingSample> samples;  // the groups' samples, one group after another
   std::vector<double> rewards;               // each sample's scalar reward
-  int64_t group_size = 1;                    // samples per prompt (--n-samples-per-prompt)
+  std::vector<int64_t> rollout_sizes;        // samples of each rollout, in order (1 unless split)
+  int64_t group_size = 1;                    // rollouts per prompt (--n-samples-per-prompt)
   // The rewards came from --custom-reward-post-process-path, which normalised them: no group
   // normalisation on top.
   bool rewards_are_final = false;
@@ -40,15 +47,18 @@ struct RolloutBatch {
   void set(const std::string& name, const std::vector<at::Tensor>& values);
   // Every sample's per-token `name`, in order. Throws ooze::Error when it was never set.
   std::vector<at::Tensor> get(const std::string& name) const;
-  // The samples of the whole batch as the trainer takes them, `size` at a time in order, one
-  // TrainBatch per optimizer step. Throws ConfigError unless `size` divides the batch.
+  // Whether some rollout was split into several samples.
+  bool has_split_rollouts() const { return rollout_sizes.size() != samples.size(); }
+  // The samples of the whole batch as the trainer takes them, the samples of `size` rollouts at
+  // a time in order, one TrainBatch per optimizer step. Throws ConfigError unless `size`
+  // divides the batch's rollouts.
   std::vector<trainer::TrainBatch> global_batches(int64_t size) const;
 };
 
-// The kept groups of a rollout (rollout::RolloutResult::groups), every group of the same size and
-// every sample scored. Throws ooze::Error naming the sample that has no scalar reward (with
+// The kept groups of a rollout (rollout::RolloutResult::groups), every group of as many rollouts
+// and every sample scored. Throws ooze::Error naming the sample that has no scalar reward (with
 // `reward_key` for object rewards, --reward-key), whose per-token vectors do not cover its
-// response, or whose group size differs.
+// response, or whose group has a different number of rollouts.
 RolloutBatch rollout_batch(const std::vector<std::vector<rollout::Sample>>& groups,
                            const std::string& reward_key = "");
 
@@ -56,7 +66,8 @@ RolloutBatch rollout_batch(const std::vector<std::vector<rollout::Sample>>& grou
 // masks, the KL penalty of --kl-coef taken between "old_log_probs" and "ref_log_probs" with
 // `kl_type` (--kl-loss-type, as Slime), and whitens the advantages over every counted token of the
 // batch when the estimator asks (AdvantageOptions::whitens_advantages). ppo takes GAE over the
-// critic's "values" (set them first).
+// critic's "values" (set them first). With split rollouts the group baseline is taken over
+// rollouts (grpo, gspo, cispo, reinforce_plus_plus_baseline; rloo throws ConfigError).
 void compute_advantages(RolloutBatch& batch, const algorithms::AdvantageOptions& options,
                         algorithms::KlEstimator kl_type);
 

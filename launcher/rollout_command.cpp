@@ -83,7 +83,8 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
   rollout::RolloutManager manager(rollout_options, source, router, data.tokenizer, rewards);
 
   auto evaluate = [&](int64_t rollout_id) {
-    nlohmann::json line = manager.evaluate(data.eval_datasets, data.eval_options);
+    nlohmann::json line =
+        manager.evaluate(data.eval_datasets, data.eval_options, rollout_id).metrics;
     line["rollout_id"] = rollout_id;
     out << line.dump() << std::endl;
   };

@@ -55,9 +55,6 @@ ConfigSchema build_train_schema() {
       .min(0);
   schema.add_bool("use_rollout_logprobs", false,
                   "Use the engines' log-probs as the old policy's instead of recomputing them.");
-  schema.add_string("rollout_function_path", "",
-                    "empty: the engines generate; sft: each prompt's --label-key text is its "
-                    "response (supervised training with --loss-type sft_loss; no engine).");
   schema.section("critic (--advantage-estimator ppo)");
   schema.add_string("critic_load", "",
                     "Hugging Face model directory the critic starts from (a score.weight value "
@@ -131,14 +128,6 @@ ConfigSchema build_train_schema() {
     if (c.get<bool>("debug_train_only") && !loads && !sft) {
       return "--debug-train-only starts no engine: give --load-debug-rollout-data or "
              "--rollout-function-path sft";
-    }
-    return "";
-  });
-  schema.add_check("rollout_function_path", [](const Config& c) -> std::string {
-    const std::string function = c.get<std::string>("rollout_function_path");
-    if (!function.empty() && function != "sft") {
-      return "--rollout-function-path " + function +
-             " is not a rollout function: leave it empty (the engines generate) or write sft";
     }
     return "";
   });

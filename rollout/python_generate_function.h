@@ -6,12 +6,13 @@
 // built-in rollout sends and its tokens are the engine's, never re-tokenized text.
 //
 //   PythonGenerateFunction function(path);        // at start-up: loads and checks it
-//   function.generate(generator, sample);          // on a rollout worker thread
+//   std::vector<Sample> done = function.generate(generator, tokenizer, sample);  // on a worker
 //
 // Calls of many samples overlap on the hooks' event loop; each blocks only its worker thread.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "python/python_hook.h"
 #include "rollout/sample.h"
@@ -25,9 +26,10 @@ class PythonGenerateFunction {
   // sampling_params).
   explicit PythonGenerateFunction(const std::string& path);
 
-  // Runs the function on `sample` and takes back the sample it returns. Throws
+  // Runs the function on `sample` and takes back the sample (or samples) it returns. Throws
   // python::HookError naming the sample when it raises or returns something else.
-  void generate(SampleGenerator& generator, Sample& sample) const;
+  std::vector<Sample> generate(SampleGenerator& generator, const models::Tokenizer& tokenizer,
+                               const Sample& sample) const;
 
  private:
   python::PythonHook hook_;

@@ -175,8 +175,16 @@ void rethrow_first(const std::vector<std::exception_ptr>& failures) {
 
 void RewardModel::score_group(std::vector<Sample>& group) {
   if (scores_whole_rollout()) return;
+  // A reward a generate function set stays (Slime's); a group function sees the whole group.
   std::vector<Sample*> samples;
-  for (Sample& sample : group) samples.push_back(&sample);
+  for (Sample& sample : group) {
+    if (sample.reward.is_null()) samples.push_back(&sample);
+  }
+  if (samples.empty()) return;
+  if (batched_) {
+    samples.clear();
+    for (Sample& sample : group) samples.push_back(&sample);
+  }
   rethrow_first(try_score(samples));
 }
 

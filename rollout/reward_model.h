@@ -60,8 +60,9 @@ class RewardModel {
 
   // One sample's reward (a number or an object). Not for batched functions.
   nlohmann::json score(const Sample& sample) const;
-  // Fills the reward of every sample of the group. With a batched function and no --group-rm it
-  // does nothing: score_rollout() scores the rollout once it is complete.
+  // Fills the reward of every sample of the group that has none (a group function with
+  // --group-rm scores the whole group when one has none). With a batched function and no
+  // --group-rm it does nothing: score_rollout() scores the rollout once it is complete.
   void score_group(std::vector<Sample>& group);
   // With a batched function and no --group-rm: one call over every sample of the rollout.
   // Otherwise scores the groups not scored yet.

@@ -36,6 +36,34 @@ RolloutFunctions RolloutFunctions::load(const RolloutOptions& options, const Rew
                                                 "--custom-generate-function-path");
     }
   }
+  auto python_only = [](const std::string& path, const char* flag) {
+    if (python::hook_path_kind(path) != python::HookPathKind::kPython) {
+      throw ConfigError(
+          std::string(flag) + " " + path +
+          " is not a Python function (pkg.mod.fn, pkg.mod:fn or file.py:fn)" +
+          (path == "sft" ? ": sft is ooze train's supervised rollout, no engines" : ""));
+    }
+  };
+  if (!options.rollout_function_path.empty()) {
+    python_only(options.rollout_function_path, "--rollout-function-path");
+    functions.rollout_function.emplace(options.rollout_function_path, "--rollout-function-path");
+  }
+  if (!options.eval_function_path.empty()) {
+    python_only(options.eval_function_path, "--eval-function-path");
+    functions.eval_function.emplace(options.eval_function_path, "--eval-function-path");
+  } else if (functions.rollout_function) {
+    functions.eval_function = functions.rollout_function;  // Slime's default
+  }
+  if (!options.data_source_path.empty()) {
+    python_only(options.data_source_path, "--data-source-path");
+    functions.data_source.emplace(options.data_source_path);
+  }
+  if (!options.rollout_all_samples_process_path.empty()) {
+    python_only(options.rollout_all_samples_process_path, "--rollout-all-samples-process-path");
+    functions.all_samples_process = python::PythonHook::load(
+        options.rollout_all_samples_process_path, "--rollout-all-samples-process-path",
+        {"args", "samples", "data_source"});
+  }
   return functions;
 }
 

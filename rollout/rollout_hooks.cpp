@@ -45,11 +45,17 @@ const OptionFields<RolloutHookOptions>& RolloutHookOptions::fields() {
     f.add("custom_rollout_log_function_path", &O::custom_rollout_log_function_path,
           "Your function (rollout_id, args, samples, rollout_extra_metrics, rollout_time) -> "
           "bool, after each rollout; True skips ooze's rollout/* metrics.");
+    f.add("custom_eval_rollout_log_function_path", &O::custom_eval_rollout_log_function_path,
+          "Your function (rollout_id, args, data, extra_metrics) -> bool, after each "
+          "evaluation (data: {name: {rewards, truncated, samples}}); True skips ooze's eval/* "
+          "metrics.");
     f.add_rule([](const O& options) {
       require_python("--rollout-sample-filter-path", options.rollout_sample_filter_path);
       require_python("--custom-reward-post-process-path", options.custom_reward_post_process_path);
       require_python("--custom-rollout-log-function-path",
                      options.custom_rollout_log_function_path);
+      require_python("--custom-eval-rollout-log-function-path",
+                     options.custom_eval_rollout_log_function_path);
     });
     return f;
   }();
@@ -63,7 +69,10 @@ RolloutHooks::RolloutHooks(const RolloutHookOptions& options)
                                 "--custom-reward-post-process-path", {"args", "samples"})),
       rollout_log_(
           load(options.custom_rollout_log_function_path, "--custom-rollout-log-function-path",
-               {"rollout_id", "args", "samples", "rollout_extra_metrics", "rollout_time"})) {}
+               {"rollout_id", "args", "samples", "rollout_extra_metrics", "rollout_time"})),
+      eval_log_(load(options.custom_eval_rollout_log_function_path,
+                     "--custom-eval-rollout-log-function-path",
+                     {"rollout_id", "args", "data", "extra_metrics"})) {}
 
 int64_t RolloutHooks::filter_samples(std::vector<std::vector<Sample>>& groups) const {
   if (!sample_filter_) return 0;
@@ -92,6 +101,22 @@ bool RolloutHooks::log_rollout(int64_t rollout_id, const std::vector<std::vector
                              {"samples", samples_json(groups)},
                              {"metrics", metrics},
                              {"rollout_time", rollout_seconds}})
+      .get<bool>();
+}
+
+bool RolloutHooks::log_eval(int64_t rollout_id, const std::map<std::string, EvalData>& data,
+                            const std::map<std::string, double>& metrics) const {
+  if (!eval_log_) return false;
+  nlohmann::json datasets = nlohmann::json::object();
+  for (const auto& [name, dataset] : data) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (const Sample& sample : dataset.samples) samples.push_back(sample_to_json(sample));
+    datasets[name] = {
+        {"rewards", dataset.rewards}, {"truncated", dataset.truncated}, {"samples", samples}};
+  }
+  return eval_log_
+      ->call("log_eval_rollout",
+             {{"rollout_id", rollout_id}, {"data", datasets}, {"metrics", metrics}})
       .get<bool>();
 }
 

@@ -11,6 +11,10 @@
 //   --custom-rollout-log-function-path   (rollout_id, args, samples, rollout_extra_metrics,
 //                                        rollout_time) -> bool: True skips ooze's own rollout/*
 //                                        metrics of that rollout
+//   --custom-eval-rollout-log-function-path
+//                                        (rollout_id, args, data, extra_metrics) -> bool, data
+//                                        {name: {"rewards", "truncated", "samples"}}: True skips
+//                                        ooze's own eval/* metrics of that evaluation
 //
 //   RolloutHooks hooks(RolloutHookOptions::fields().read(config));   // loads and checks them
 //   hooks.filter_samples(groups);
@@ -26,6 +30,7 @@
 
 #include "core/option_fields.h"
 #include "python/python_hook.h"
+#include "rollout/python_rollout_function.h"
 #include "rollout/sample.h"
 
 namespace ooze::rollout {
@@ -34,6 +39,7 @@ struct RolloutHookOptions {
   std::string rollout_sample_filter_path;
   std::string custom_reward_post_process_path;
   std::string custom_rollout_log_function_path;
+  std::string custom_eval_rollout_log_function_path;
 
   // Section "rollout"; read() checks that each path names a Python function.
   static const OptionFields<RolloutHookOptions>& fields();
@@ -56,11 +62,16 @@ class RolloutHooks {
   // metrics (false without the hook).
   bool log_rollout(int64_t rollout_id, const std::vector<std::vector<Sample>>& groups,
                    const std::map<std::string, double>& metrics, double rollout_seconds) const;
+  // --custom-eval-rollout-log-function-path: whether the hook asks to skip ooze's own eval/*
+  // metrics (false without the hook).
+  bool log_eval(int64_t rollout_id, const std::map<std::string, EvalData>& data,
+                const std::map<std::string, double>& metrics) const;
 
  private:
   std::optional<python::PythonHook> sample_filter_;
   std::optional<python::PythonHook> reward_post_process_;
   std::optional<python::PythonHook> rollout_log_;
+  std::optional<python::PythonHook> eval_log_;
 };
 
 }  // namespace ooze::rollout

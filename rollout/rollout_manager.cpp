@@ -43,6 +43,9 @@ struct RolloutManager::Round {
   std::map<std::string, int64_t> drop_reasons;
   int64_t samples_total = 0;
   int64_t samples_done = 0;
+  // The further samples a generate function split a conversation into, by group, each after
+  // the sample it came from (group[i] stays put while other workers hold the group).
+  std::map<size_t, std::vector<std::pair<size_t, std::vector<Sample>>>> split_off;
 
   bool needs_generation(const Sample& sample, int64_t budget) const {
     return (sample.status == Sample::Status::kPending ||
@@ -79,6 +82,28 @@ struct RolloutManager::Round {
     }
     pending_jobs.push_back(count);
   }
+
+  // Takes group g's split-off samples into it, each right after its sample. Call when no job of
+  // group g runs.
+  void merge_split_off(size_t g) {
+    std::vector<std::pair<size_t, std::vector<Sample>>> pieces;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto found = split_off.find(g);
+      if (found == split_off.end()) return;
+      pieces = std::move(found->second);
+      split_off.erase(found);
+    }
+    std::vector<Sample>& group = groups[g];
+    std::vector<std::vector<Sample>> after(group.size());
+    for (auto& [i, samples] : pieces) after[i] = std::move(samples);
+    std::vector<Sample> merged;
+    for (size_t i = 0; i < group.size(); ++i) {
+      merged.push_back(std::move(group[i]));
+      for (Sample& piece : after[i]) merged.push_back(std::move(piece));
+    }
+    group = std::move(merged);
+  }
 };
 
 void RolloutManager::run(Round& round, SampleGenerator& generator) {
@@ -101,6 +126,7 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
 
   // The end of a group's generation: score, judge, count. Runs on the worker that finished it.
   auto finish_group = [&](size_t g) {
+    round.merge_split_off(g);
     std::vector<Sample>& group = round.groups[g];
     plugin::FilterDecision decision;
     if (!round.stop) {
@@ -149,7 +175,16 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
         } else if (which >= 0) {
           Sample& sample = group[static_cast<size_t>(which)];
           if (functions_.python_generate && !round.stop) {
-            functions_.python_generate->generate(generator, sample);
+            std::vector<Sample> done =
+                functions_.python_generate->generate(generator, tokenizer_, sample);
+            sample = std::move(done.front());
+            if (done.size() > 1) {
+              std::lock_guard<std::mutex> lock(round.mutex);
+              round.split_off[g].emplace_back(
+                  static_cast<size_t>(which),
+                  std::vector<Sample>(std::make_move_iterator(done.begin() + 1),
+                                      std::make_move_iterator(done.end())));
+            }
           } else if (functions_.generate && !round.stop) {
             functions_.generate->generate(generator, sample);
           } else {
@@ -263,6 +298,7 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
   lock.unlock();
   round.changed.notify_all();
   for (std::thread& worker : workers) worker.join();
+  for (size_t g = 0; g < round.groups.size(); ++g) round.merge_split_off(g);  // unfinished ones
   if (round.error) std::rethrow_exception(round.error);
 }
 
@@ -276,13 +312,38 @@ RolloutManager::RolloutManager(RolloutOptions options, PromptSource& source,
       router_(router),
       tokenizer_(tokenizer),
       rewards_(rewards),
-      functions_(RolloutFunctions::load(options_, rewards)) {}
+      functions_(RolloutFunctions::load(options_, rewards)) {
+  if (functions_.data_source) functions_.data_source->build(hook_services(nullptr));
+}
 
 RolloutManager::~RolloutManager() = default;
+
+HookServices RolloutManager::hook_services(SampleGenerator* generator) {
+  HookServices services{generator, &tokenizer_, &rewards_};
+  services.get_samples = [this](int64_t count) {
+    std::vector<std::vector<Sample>> groups =
+        options_.partial_rollout ? take_from_buffer(count) : std::vector<std::vector<Sample>>{};
+    std::vector<std::vector<Sample>> fresh =
+        draw_groups(count - static_cast<int64_t>(groups.size()));
+    groups.insert(groups.end(), std::make_move_iterator(fresh.begin()),
+                  std::make_move_iterator(fresh.end()));
+    return groups;
+  };
+  services.add_samples = [this](std::vector<std::vector<Sample>> groups) {
+    buffer_.insert(buffer_.end(), std::make_move_iterator(groups.begin()),
+                   std::make_move_iterator(groups.end()));
+  };
+  return services;
+}
 
 std::vector<std::vector<Sample>> RolloutManager::draw_groups(int64_t count) {
   std::vector<std::vector<Sample>> groups;
   if (count <= 0) return groups;
+  if (functions_.data_source) {
+    return functions_.data_source->get_samples(count, hook_services(nullptr), [this](int64_t n) {
+      return source_.take_sample_indices(n);
+    });
+  }
   for (const DrawnPrompt& drawn : source_.next_batch(count)) {
     const int64_t first = source_.take_sample_indices(options_.n_samples_per_prompt);
     std::vector<Sample> group;
@@ -340,7 +401,37 @@ int64_t RolloutManager::drop_buffered_older_than(int64_t version) {
   return static_cast<int64_t>(before - buffer_.size());
 }
 
+RolloutResult RolloutManager::generate_with_function(int64_t rollout_id) {
+  const auto start = std::chrono::steady_clock::now();
+  if (cancelled_)
+    throw RolloutCancelled("rollout cancelled before it started: the job is stopping");
+  // cancel() turns the function's later ooze.generate calls into aborts.
+  SampleGenerator generator(router_, tokenizer_, options_.sampling, &cancelled_);
+  PythonRollout rollout =
+      functions_.rollout_function->generate(rollout_id, hook_services(&generator));
+  // What the function left unscored gets the run's reward.
+  for (std::vector<Sample>& group : rollout.groups) rewards_.score_group(group);
+  if (rewards_.scores_whole_rollout()) rewards_.score_rollout(rollout.groups);
+  RolloutResult result;
+  result.rollout_id = rollout_id;
+  result.groups = std::move(rollout.groups);
+  result.metrics = rollout_metrics(result.groups, rewards_.options().reward_key);
+  for (const auto& [key, value] : rollout.metrics) result.metrics[key] = value;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.metrics["perf/rollout_time"] = seconds;
+  result.metrics["perf/rollout_tokens_per_sec"] = generator.stats().generated_tokens / seconds;
+  return result;
+}
+
+void RolloutManager::process_all_samples(const std::vector<std::vector<Sample>>& groups) {
+  const HookBindings bindings("all-samples", hook_services(nullptr));
+  functions_.all_samples_process->call(
+      "process_all_samples", {{"generation", bindings.name()}, {"groups", groups_to_json(groups)}});
+}
+
 RolloutResult RolloutManager::generate(int64_t rollout_id) {
+  if (functions_.rollout_function) return generate_with_function(rollout_id);
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   const int64_t batch = options_.rollout_batch_size;
@@ -367,6 +458,15 @@ RolloutResult RolloutManager::generate(int64_t rollout_id) {
     }
   }
   run(round, generator);
+  if (functions_.all_samples_process) {
+    std::vector<std::vector<Sample>> finished;
+    for (size_t g = 0; g < round.groups.size(); ++g) {
+      if (round.fates[g] == Round::Fate::kKept || round.fates[g] == Round::Fate::kDropped) {
+        finished.push_back(round.groups[g]);
+      }
+    }
+    process_all_samples(finished);
+  }
 
   RolloutResult result;
   result.rollout_id = rollout_id;
@@ -429,11 +529,23 @@ RolloutResult RolloutManager::generate(int64_t rollout_id) {
   return result;
 }
 
-MetricMap RolloutManager::evaluate(
+Evaluation RolloutManager::evaluate(
     const std::vector<std::pair<std::string, const PromptDataset*>>& datasets,
-    const EvalOptions& options) {
+    const EvalOptions& options, int64_t rollout_id) {
   const auto start = std::chrono::steady_clock::now();
-  MetricMap metrics;
+  Evaluation evaluation;
+  MetricMap& metrics = evaluation.metrics;
+  if (functions_.eval_function) {
+    std::atomic<bool> stop{false};
+    SampleGenerator generator(router_, tokenizer_, options.sampling, &stop);
+    PythonEvaluation returned =
+        functions_.eval_function->evaluate(rollout_id, hook_services(&generator));
+    metrics = evaluation_metrics(returned, rewards_.options().reward_key, options.log_passrate);
+    evaluation.data = std::move(returned.data);
+    metrics["perf/eval_time"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return evaluation;
+  }
   for (const auto& [name, dataset] : datasets) {
     Round round;
     SampleGenerator generator(router_, tokenizer_, options.sampling, &round.stop);
@@ -456,10 +568,26 @@ MetricMap RolloutManager::evaluate(
     MetricMap dataset_metrics =
         eval_metrics(name, round.groups, rewards_.options().reward_key, options.log_passrate);
     metrics.insert(dataset_metrics.begin(), dataset_metrics.end());
+    EvalData& data = evaluation.data[name];
+    for (std::vector<Sample>& group : round.groups) {
+      for (Sample& sample : group) {
+        data.rewards.push_back(sample.reward_value(rewards_.options().reward_key));
+        data.truncated.push_back(sample.status == Sample::Status::kTruncated);
+        data.samples.push_back(std::move(sample));
+      }
+    }
   }
   metrics["perf/eval_time"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return metrics;
+  return evaluation;
+}
+
+void RolloutManager::save_data_source(int64_t rollout_id) const {
+  if (functions_.data_source) functions_.data_source->save(rollout_id);
+}
+
+void RolloutManager::load_data_source(int64_t rollout_id) const {
+  if (functions_.data_source) functions_.data_source->load(rollout_id);
 }
 
 void RolloutManager::cancel() { cancelled_ = true; }

@@ -21,6 +21,10 @@
 //      buffer and continue in the next rollout; otherwise they are discarded. When every group
 //      has finished and too few were kept, another --over-sampling-batch-size prompts are drawn.
 //
+// With --rollout-function-path the user's Python function makes the whole rollout instead
+// (rollout/python_rollout_function.h), drawing from the same prompts and buffer; with
+// --data-source-path the prompts come from the user's Python class (rollout/python_data_source.h).
+//
 // The kept groups come back sorted by group index. Aborting uses the engines' abort_all, so the
 // engines behind the router should serve this run alone (as they do in the RL loop). A failure
 // (an engine that stays down, a reward that cannot be computed) aborts what is in flight and is
@@ -40,6 +44,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "rollout/hook_bindings.h"
 #include "rollout/prompt_dataset.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
@@ -66,6 +71,12 @@ struct RolloutResult {
   MetricMap metrics;
 };
 
+struct Evaluation {
+  MetricMap metrics;
+  std::map<std::string, EvalData>
+      data;  // by dataset: what --custom-eval-rollout-log-function-path sees
+};
+
 class RolloutManager {
  public:
   // Loads the functions named by the options (rollout_functions.h) and checks that the options
@@ -77,9 +88,18 @@ class RolloutManager {
   RolloutResult generate(int64_t rollout_id);
 
   // Generates n_samples_per_eval_prompt samples of every prompt of every dataset, scores them
-  // and returns eval_metrics() of each (rollout/rollout_metrics.h) plus perf/eval_time.
-  MetricMap evaluate(const std::vector<std::pair<std::string, const PromptDataset*>>& datasets,
-                     const EvalOptions& options);
+  // and returns eval_metrics() of each (rollout/rollout_metrics.h) plus perf/eval_time. With an
+  // eval function (--eval-function-path, or a --rollout-function-path of the user's) that
+  // function evaluates instead, before rollout `rollout_id`.
+  Evaluation evaluate(const std::vector<std::pair<std::string, const PromptDataset*>>& datasets,
+                      const EvalOptions& options, int64_t rollout_id = 0);
+  // Whether an eval function of the user's evaluates (it needs no --eval-prompt-data).
+  bool has_eval_function() const { return functions_.eval_function.has_value(); }
+
+  // --data-source-path: the class's save(rollout_id) / load(rollout_id), with the run's
+  // checkpoint. Nothing without one (ooze's own prompt position is in state()).
+  void save_data_source(int64_t rollout_id) const;
+  void load_data_source(int64_t rollout_id) const;
 
   // Groups waiting in the partial-rollout buffer.
   size_t buffered_groups() const { return buffer_.size(); }
@@ -103,6 +123,13 @@ class RolloutManager {
 
   std::vector<std::vector<Sample>> take_from_buffer(int64_t max_groups);
   std::vector<std::vector<Sample>> draw_groups(int64_t count);
+  // What the user's Python functions reach through the ooze package (rollout/hook_bindings.h):
+  // the generator's engines, the tokenizer, the rewards and, for a rollout function, the run's
+  // prompts behind the partial-rollout buffer.
+  HookServices hook_services(SampleGenerator* generator);
+  RolloutResult generate_with_function(int64_t rollout_id);
+  // --rollout-all-samples-process-path on the groups that finished.
+  void process_all_samples(const std::vector<std::vector<Sample>>& groups);
   // Generates and scores the groups of `round` concurrently until it has what it wants.
   void run(Round& round, SampleGenerator& generator);
 

@@ -30,6 +30,22 @@ const OptionFields<RolloutOptions>& RolloutOptions::fields() {
     f.add("custom_generate_function_path", &O::custom_generate_function_path,
           "Your function generating each sample (multi-turn, tools): pkg.mod.fn or file.py:fn, "
           "async (args, sample, sampling_params) -> Sample, or lib.so:function.");
+    f.add("rollout_function_path", &O::rollout_function_path,
+          "Your function making a whole rollout (pkg.mod.fn or file.py:fn, (args, rollout_id, "
+          "data_source, evaluation=False) -> RolloutFnTrainOutput or groups); sft: each "
+          "prompt's --label-key text is its response (ooze train, with --loss-type sft_loss; no "
+          "engine); empty: ooze's rollout.");
+    f.add("eval_function_path", &O::eval_function_path,
+          "Your function making evaluations, called as the rollout function with "
+          "evaluation=True (-> RolloutFnEvalOutput); empty: --rollout-function-path if it is "
+          "yours, else ooze's evaluation of --eval-prompt-data.");
+    f.add("data_source_path", &O::data_source_path,
+          "Your class handing out prompts (pkg.mod.Class or file.py:Class, built as "
+          "Class(args); get_samples(n) -> groups, add_samples(groups), save(rollout_id), "
+          "load(rollout_id)); empty: --prompt-data.");
+    f.add("rollout_all_samples_process_path", &O::rollout_all_samples_process_path,
+          "Your function seeing every finished group of a rollout, those dynamic sampling "
+          "dropped included ((args, groups, data_source) -> None).");
     f.add("rollout_concurrency", &O::concurrency, "Engine requests in flight at once.").min(1);
     f.add("rollout_progress_interval", &O::progress_interval_s,
           "Seconds between progress lines of a rollout; 0: none.")

@@ -27,8 +27,13 @@ struct RolloutOptions {
   bool partial_rollout = false;
   std::string buffer_filter_path;             // "": oldest first; or a Python or C++ function
   std::string custom_generate_function_path;  // a Python or C++ function: multi-turn, tools
-  int64_t concurrency = 512;                  // requests (or plugin calls) in flight at once
-  double progress_interval_s = 30.0;          // progress lines during long rollouts; 0: none
+  std::string
+      rollout_function_path;       // a Python function making whole rollouts ("sft": ooze train's)
+  std::string eval_function_path;  // the same for evaluations; "": rollout_function_path
+  std::string data_source_path;    // a Python class handing out prompts; "": --prompt-data
+  std::string rollout_all_samples_process_path;  // a Python function seeing every finished group
+  int64_t concurrency = 512;                     // requests (or plugin calls) in flight at once
+  double progress_interval_s = 30.0;             // progress lines during long rollouts; 0: none
   RolloutSampling sampling;
 
   // The "rollout" section: batch sizes, dynamic sampling, partial rollout, custom generation,

@@ -53,6 +53,10 @@ struct Sample {
   // Free-form numbers (tool calls made, turns, ...); averaged into the rollout's metrics.
   nlohmann::json metrics = nlohmann::json::object();
 
+  // Slime's rollout_id: the samples one generate call split a conversation into share it (a
+  // number); they train as one rollout of their group. null for a sample of its own.
+  nlohmann::json rollout_id = nullptr;
+
   int64_t prompt_length() const { return static_cast<int64_t>(tokens.size()) - response_length; }
 
   // The scalar reward: `reward` itself when it is a number, else its `reward_key` field.

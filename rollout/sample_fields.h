@@ -31,6 +31,7 @@ void visit_sample_fields(const Sample& sample, Visit&& visit) {
   visit("status", std::string(to_string(sample.status)));
   visit("abort_reason", sample.abort_reason);
   visit("metrics", sample.metrics);
+  visit("rollout_id", sample.rollout_id);
 }
 
 }  // namespace ooze::rollout

@@ -58,6 +58,13 @@ Sample sample_from_json(const nlohmann::json& json) {
   sample.status = status_from_word(status);
   read(json, "abort_reason", sample.abort_reason);
   read(json, "metrics", sample.metrics);
+  // Absent in samples saved before ooze kept it.
+  if (auto it = json.find("rollout_id"); it != json.end()) {
+    if (!it->is_null() && !it->is_number_integer()) {
+      throw FormatError("sample: field 'rollout_id' must be an integer or null, got " + it->dump());
+    }
+    sample.rollout_id = *it;
+  }
   const auto response = static_cast<size_t>(sample.response_length);
   if (sample.response_length < 0 || response > sample.tokens.size() ||
       sample.loss_mask.size() != response || sample.rollout_log_probs.size() != response ||

@@ -23,16 +23,18 @@ void save(Archive& ar, const Sample& sample) {
   ar(sample.group_index, sample.index, sample.prompt, sample.tokens, sample.response,
      sample.response_length, sample.label, sample.metadata.dump(), sample.tools.dump(),
      sample.reward.dump(), sample.loss_mask, sample.rollout_log_probs, sample.weight_versions,
-     static_cast<int32_t>(sample.status), sample.abort_reason, sample.metrics.dump());
+     static_cast<int32_t>(sample.status), sample.abort_reason, sample.metrics.dump(),
+     sample.rollout_id.dump());
 }
 
 template <class Archive>
 void load(Archive& ar, Sample& sample) {
-  std::string metadata, tools, reward, metrics;
+  std::string metadata, tools, reward, metrics, rollout_id;
   int32_t status = 0;
   ar(sample.group_index, sample.index, sample.prompt, sample.tokens, sample.response,
      sample.response_length, sample.label, metadata, tools, reward, sample.loss_mask,
-     sample.rollout_log_probs, sample.weight_versions, status, sample.abort_reason, metrics);
+     sample.rollout_log_probs, sample.weight_versions, status, sample.abort_reason, metrics,
+     rollout_id);
   if (status < static_cast<int32_t>(Sample::Status::kPending) ||
       status > static_cast<int32_t>(Sample::Status::kAborted)) {
     throw FormatError("a serialized Sample has status code " + std::to_string(status) +
@@ -44,6 +46,7 @@ void load(Archive& ar, Sample& sample) {
     sample.tools = nlohmann::json::parse(tools);
     sample.reward = nlohmann::json::parse(reward);
     sample.metrics = nlohmann::json::parse(metrics);
+    sample.rollout_id = nlohmann::json::parse(rollout_id);
   } catch (const nlohmann::json::parse_error& error) {
     throw FormatError(std::string("a serialized Sample carries malformed JSON: ") + error.what());
   }

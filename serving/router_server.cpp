@@ -33,15 +33,22 @@ std::string error_event(const std::string& message, int code) {
 // The Router and the count of forwarded requests in flight, owned jointly by the server and
 // the threads that wait for engines, so a thread may outlive the server.
 struct RouterServer::Shared {
-  explicit Shared(const RouterOptions& options) : router(options) {}
-  Router router;
+  explicit Shared(std::shared_ptr<Router> router) : router(std::move(router)) {}
+  std::shared_ptr<Router> router;
   std::mutex mutex;
   std::condition_variable idle;
   int64_t in_flight = 0;
 };
 
 RouterServer::RouterServer(RouterServerOptions options)
-    : options_(std::move(options)), shared_(std::make_shared<Shared>(options_.router)) {
+    : options_(std::move(options)),
+      shared_(std::make_shared<Shared>(std::make_shared<Router>(options_.router))) {
+  server_ = std::make_unique<HttpServer>(options_.server, routes().handler());
+}
+
+RouterServer::RouterServer(ServerOptions server, std::shared_ptr<Router> router)
+    : shared_(std::make_shared<Shared>(std::move(router))) {
+  options_.server = std::move(server);
   server_ = std::make_unique<HttpServer>(options_.server, routes().handler());
 }
 
@@ -54,7 +61,7 @@ RouterServer::~RouterServer() {
   }
 }
 
-Router& RouterServer::router() { return shared_->router; }
+Router& RouterServer::router() { return *shared_->router; }
 
 HttpRoutes RouterServer::routes() {
   HttpRoutes routes;
@@ -84,7 +91,7 @@ void RouterServer::run_detached(std::function<void(Router&)> work) {
   }
   std::thread([shared = shared_, work = std::move(work)] {
     try {
-      work(shared->router);
+      work(*shared->router);
     } catch (const std::exception& e) {
       OOZE_LOG(ERROR) << "router: " << e.what();
     }
@@ -194,7 +201,7 @@ void RouterServer::broadcast(const std::shared_ptr<HttpExchange>& exchange) {
 void RouterServer::health(const std::shared_ptr<HttpExchange>& exchange) {
   std::vector<std::string> alive;
   std::string out;
-  for (const EngineStatus& engine : shared_->router.engines()) {
+  for (const EngineStatus& engine : shared_->router->engines()) {
     if (engine.alive) {
       alive.push_back(engine.url);
     } else {
@@ -212,7 +219,7 @@ void RouterServer::health(const std::shared_ptr<HttpExchange>& exchange) {
 
 void RouterServer::list_engines(const std::shared_ptr<HttpExchange>& exchange) {
   json engines = json::array();
-  for (const EngineStatus& engine : shared_->router.engines()) {
+  for (const EngineStatus& engine : shared_->router->engines()) {
     engines.push_back({{"url", engine.url},
                        {"alive", engine.alive},
                        {"outstanding", engine.outstanding},

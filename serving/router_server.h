@@ -48,6 +48,9 @@ class RouterServer {
   // Starts the Router (one health check of every engine) and listens. Throws ConfigError for
   // bad engine URLs, ServerError when the address cannot be bound.
   explicit RouterServer(RouterServerOptions options);
+  // Serves `router`, which its owner keeps using (ooze train's, so that the user's functions
+  // reach the run's engines over HTTP as they would Slime's router).
+  RouterServer(ServerOptions server, std::shared_ptr<Router> router);
   // Stops listening and waits (up to 10 s) for forwarded requests still waiting for their
   // engines; a request whose engine hangs longer finishes on its own thread later.
   ~RouterServer();

@@ -10,6 +10,9 @@ Inside a run, ``ooze.args`` holds every flag of the run under Slime's underscore
 ``python3`` can import this package too (put ooze's ``python/`` folder on PYTHONPATH), so
 hooks can be tried on their own.
 
+A whole rollout (``--rollout-function-path``) returns ``RolloutFnTrainOutput``; a data source
+(``--data-source-path``) may subclass ``DataSource`` (ooze/rollout.py).
+
 A custom loss (``--loss-type custom_loss --custom-loss-function-path my_loss.py:loss``) takes
 Slime's helpers from here: ``get_log_probs_and_entropy``, ``compute_approx_kl`` and ``mpu``
 (ooze/losses.py).
@@ -19,7 +22,8 @@ import argparse
 
 from .dynamic_filter import DynamicFilterOutput
 from .function_path import load_function
-from .generation import append_observation, generate, remaining_budget, tokenizer
+from .generation import append_observation, generate, remaining_budget, score, tokenizer
+from .rollout import DataSource, RolloutFnEvalOutput, RolloutFnTrainOutput
 from .sample import Sample
 
 # Replaced by the run's flags when ooze starts a hook.
@@ -46,7 +50,11 @@ __all__ = [
     "generate",
     "append_observation",
     "remaining_budget",
+    "score",
     "tokenizer",
+    "DataSource",
+    "RolloutFnTrainOutput",
+    "RolloutFnEvalOutput",
     "mpu",
     *_LOSS_HELPERS,
 ]

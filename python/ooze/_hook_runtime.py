@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import importlib
 import inspect
 import json
@@ -91,8 +92,9 @@ _args = argparse.Namespace()
 
 def set_args(flags: dict) -> None:
     """Every flag of the run, under Slime's underscore names: `args` of every hook, `ooze.args`."""
-    global _args
-    _args = argparse.Namespace(**flags)
+    # In place: hooks that imported `args` at load time see the run's later additions too.
+    vars(_args).clear()
+    vars(_args).update(flags)
     ooze.args = _args
 
 
@@ -167,13 +169,20 @@ def reward_each(hook: Hook, records: list) -> dict:
     samples = [from_ooze(record) for record in records]
     start = time.perf_counter()
     if hook.is_async:
+        # Bounded as a remote reward is: a reward awaiting a judge that never answers is cancelled.
+        timeout = getattr(_args, "rm_timeout", None)
 
         async def score_all():
-            return await asyncio.gather(
+            return await asyncio.wait_for(asyncio.gather(
                 *(hook.function(_args, sample) for sample in samples), return_exceptions=True
-            )
+            ), timeout)
 
-        values = _wait(score_all())
+        try:
+            values = _wait(score_all())
+        except asyncio.TimeoutError:
+            late = f"{hook.name} did not finish within --rm-timeout {timeout:g} s"
+            return {"outcomes": [[False, f"{late} on {_where(s)}"] for s in samples],
+                    "seconds": time.perf_counter() - start}
     else:
         values = []
         for sample in samples:
@@ -259,9 +268,10 @@ def filter_buffer(hook: Hook, request: dict) -> dict:
 # --- generate functions ----------------------------------------------------------------------
 
 
-def generate_sample(hook: Hook, request: dict) -> dict:
+def generate_sample(hook: Hook, request: dict) -> list:
     """Runs `hook(args, sample, sampling_params)` to completion on the hooks' event loop, with
-    ooze.generate and friends bound to the request's generation; returns the sample."""
+    ooze.generate and friends bound to the request's generation; returns the sample, or the
+    samples it split the conversation into (a list, sharing rollout_id)."""
     sample = from_ooze(request["sample"])
 
     async def run():
@@ -273,10 +283,21 @@ def generate_sample(hook: Hook, request: dict) -> dict:
         result = _wait(run())
     except Exception as error:
         raise _raised(hook, _where(sample), error) from None
-    if isinstance(result, list):
-        raise HookError(f"{hook.name} returned {len(result)} samples for {_where(sample)}; ooze "
-                        "trains one sample per generate call (return the sample)")
-    return _to_ooze(hook, result)
+    if not isinstance(result, list):
+        return [_to_ooze(hook, result)]
+    if not result:
+        raise HookError(f"{hook.name} returned no sample for {_where(sample)}")
+    rollout_id = result[0].rollout_id if isinstance(result[0], Sample) else None
+    if rollout_id is None:
+        rollout_id = sample.index
+    for piece in result:
+        if isinstance(piece, Sample) and piece.rollout_id is None:
+            piece.rollout_id = rollout_id
+        if isinstance(piece, Sample) and piece.rollout_id != rollout_id:
+            raise HookError(f"{hook.name} returned samples of rollout_id {rollout_id} and "
+                            f"{piece.rollout_id} for {_where(sample)}; the samples of one "
+                            "generate call share rollout_id")
+    return [_to_ooze(hook, piece) for piece in result]
 
 
 # --- whole rollouts --------------------------------------------------------------------------
@@ -324,4 +345,200 @@ def log_rollout(hook: Hook, request: dict) -> bool:
                              request["rollout_time"])
     except Exception as error:
         raise _raised(hook, f"rollout {request['rollout_id']}", error) from None
+    return bool(skip)
+
+
+# --- data sources ----------------------------------------------------------------------------
+
+# The --data-source-path instance of this process (one per run), built by new_data_source.
+_data_source = None
+
+
+def _call_bound(hook: Hook, generation_name: str, on_what: str, function, *arguments):
+    """function(*arguments) with ooze.generate, ooze.tokenizer and friends bound to
+    `generation_name`; an async function's coroutine runs to completion on the hooks' loop."""
+    def call():
+        generation.set(generation_name or None)
+        return function(*arguments)
+
+    try:
+        result = contextvars.copy_context().run(call)
+        if inspect.isawaitable(result):
+
+            async def finish():
+                generation.set(generation_name or None)
+                return await result
+
+            result = _wait(finish())
+        return result
+    except HookError:
+        raise
+    except Exception as error:
+        raise _raised(hook, on_what, error) from None
+
+
+def new_data_source(hook: Hook, request: dict) -> None:
+    """--data-source-path: `hook(args)` builds the run's data source."""
+    global _data_source
+    source = _call_bound(hook, request["generation"], "construction", hook.function, _args)
+    for method in ("get_samples", "add_samples"):
+        if not callable(getattr(source, method, None)):
+            raise HookError(f"{hook.name} built a {type(source).__name__}, which has no "
+                            f"{method} method (a data source has get_samples(num_samples) and "
+                            "add_samples(groups))")
+    _data_source = source
+
+
+def data_source_get(hook: Hook, request: dict) -> list:
+    """`get_samples(num_samples)`: groups of fresh samples."""
+    groups = _call_bound(hook, request["generation"], "get_samples", _data_source.get_samples,
+                         request["num_samples"])
+    return _groups_to_ooze(hook, groups)
+
+
+def data_source_add(hook: Hook, request: dict) -> None:
+    groups = [[from_ooze(record) for record in group] for group in request["groups"]]
+    _call_bound(hook, request["generation"], "add_samples", _data_source.add_samples, groups)
+
+
+def data_source_save(hook: Hook, request: dict) -> None:
+    if hasattr(_data_source, "save"):
+        _call_bound(hook, "", f"save({request['rollout_id']})", _data_source.save,
+                    request["rollout_id"])
+
+
+def data_source_load(hook: Hook, request: dict) -> None:
+    if hasattr(_data_source, "load"):
+        _call_bound(hook, "", f"load({request['rollout_id']})", _data_source.load,
+                    request["rollout_id"])
+
+
+class _RunDataSource:
+    """The data source a rollout function gets: the groups --partial-rollout left unfinished
+    first, then fresh prompts from the --data-source-path class (tokenized and numbered by ooze)
+    or from --prompt-data. add_samples puts groups in that buffer, which checkpoints with the run;
+    other attributes are the --data-source-path instance's."""
+
+    def __init__(self, generation_name: str, user_source):
+        self._generation = generation_name
+        self._user_source = user_source
+
+    def __getattr__(self, name):
+        if self._user_source is None:
+            raise AttributeError(f"the run's data source has no attribute {name!r}")
+        return getattr(self._user_source, name)
+
+    def __len__(self):
+        return len(self._user_source) if self._user_source is not None else 0
+
+    def get_samples(self, num_samples: int) -> list:
+        import _ooze_native
+
+        groups = _ooze_native.call(f"{self._generation}/get_samples", num_samples)
+        return [[from_ooze(record) for record in group] for group in groups]
+
+    def add_samples(self, samples: list) -> None:
+        import _ooze_native
+
+        _ooze_native.call(f"{self._generation}/add_samples",
+                          [[to_ooze_dict(sample) for sample in group] for group in samples])
+
+
+def _run_data_source(generation_name: str):
+    return _RunDataSource(generation_name, _data_source)
+
+
+# --- whole rollouts in Python ----------------------------------------------------------------
+
+
+def _groups_of(hook: Hook, samples) -> list:
+    """list[list[Sample]], or a flat list[Sample] grouped by group_index in order of appearance."""
+    if isinstance(samples, (list, tuple)) and samples and all(isinstance(s, Sample) for s in samples):
+        groups = {}
+        for sample in samples:
+            groups.setdefault(sample.group_index, []).append(sample)
+        samples = list(groups.values())
+    return _groups_to_ooze(hook, samples)
+
+
+def _metrics(hook: Hook, metrics) -> dict:
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, dict):
+        raise HookError(f"{hook.name} returned metrics {metrics!r:.80}; expected a dict of numbers")
+    checked = {}
+    for key, value in metrics.items():
+        if hasattr(value, "item"):  # a tensor or numpy scalar
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise HookError(f"{hook.name} returned metric {key!r} = {value!r:.80}; expected a number")
+        checked[str(key)] = float(value)
+    return checked
+
+
+def _eval_data(hook: Hook, data) -> dict:
+    if not isinstance(data, dict):
+        raise HookError(f"{hook.name} returned {type(data).__name__} for an evaluation; expected "
+                        "RolloutFnEvalOutput(data={name: {'rewards': [...], ...}}) or that dict")
+    checked = {}
+    for name, entry in data.items():
+        rewards = entry.get("rewards") if isinstance(entry, dict) else None
+        if not isinstance(rewards, (list, tuple)):
+            raise HookError(f"{hook.name} returned evaluation data {name!r} without a list of "
+                            "rewards")
+        values = []
+        for value in rewards:
+            if isinstance(value, dict):
+                value = value.get(getattr(_args, "eval_reward_key", None) or
+                                  getattr(_args, "reward_key", None) or "", value)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise HookError(f"{hook.name} returned reward {value!r:.80} in evaluation data "
+                                f"{name!r}; expected finite numbers")
+            values.append(float(value))
+        truncated = [bool(t) for t in entry.get("truncated", [])]
+        if truncated and len(truncated) != len(values):
+            raise HookError(f"{hook.name} returned {len(truncated)} truncated flags for "
+                            f"{len(values)} rewards in evaluation data {name!r}")
+        samples = entry.get("samples") or []
+        checked[str(name)] = {"rewards": values, "truncated": truncated,
+                              "samples": [_to_ooze(hook, s) for s in samples]}
+    return checked
+
+
+def run_rollout(hook: Hook, request: dict) -> dict:
+    """`hook(args, rollout_id, data_source, evaluation)`: {"groups", "metrics"} for training, or
+    {"data", "metrics"} for an evaluation."""
+    name = request["generation"]
+    evaluation = request["evaluation"]
+    result = _call_bound(hook, name, f"rollout {request['rollout_id']}", hook.function, _args,
+                         request["rollout_id"], _run_data_source(name), evaluation)
+    if evaluation:
+        if isinstance(result, ooze.RolloutFnEvalOutput):
+            return {"data": _eval_data(hook, result.data), "metrics": _metrics(hook, result.metrics)}
+        return {"data": _eval_data(hook, result), "metrics": {}}
+    if isinstance(result, ooze.RolloutFnTrainOutput):
+        return {"groups": _groups_of(hook, result.samples), "metrics": _metrics(hook, result.metrics)}
+    return {"groups": _groups_of(hook, result), "metrics": {}}
+
+
+def process_all_samples(hook: Hook, request: dict) -> None:
+    """--rollout-all-samples-process-path: `hook(args, groups, data_source)` on every finished
+    group of the rollout, those the dynamic-sampling filter dropped included."""
+    groups = [[from_ooze(record) for record in group] for group in request["groups"]]
+    name = request["generation"]
+    _call_bound(hook, name, f"the {len(groups)} groups of a rollout", hook.function, _args,
+                groups, _run_data_source(name))
+
+
+def log_eval_rollout(hook: Hook, request: dict) -> bool:
+    """`hook(rollout_id, args, data, extra_metrics) -> bool`."""
+    data = {
+        name: {"rewards": entry["rewards"], "truncated": entry["truncated"],
+               "samples": [from_ooze(record) for record in entry["samples"]]}
+        for name, entry in request["data"].items()
+    }
+    try:
+        skip = hook.function(request["rollout_id"], _args, data, request["metrics"])
+    except Exception as error:
+        raise _raised(hook, f"the evaluation before rollout {request['rollout_id']}", error) from None
     return bool(skip)

@@ -13,9 +13,11 @@
 `generate` sends the sample's tokens so far as token ids, with the run's sampling flags (the
 request the built-in rollout sends), and appends the engine's tokens, log-probs and weight
 versions to the sample; the tokens trained on are always those the engine sampled, never text
-tokenized again. `tokenizer` is the run's tokenizer.
+tokenized again. `tokenizer` is the run's tokenizer. `score` rewards samples with the run's
+reward (--rm-type or --custom-rm-path), for rollout functions that score their own groups.
 
-These work inside a generate function ooze runs; elsewhere they raise RuntimeError.
+These work inside the functions ooze runs (generate and rollout functions, data sources);
+elsewhere they raise RuntimeError.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ _requests = ThreadPoolExecutor(max_workers=256, thread_name_prefix="ooze-generat
 def _native(name: str, payload):
     generation = _generation.get()
     if generation is None:
-        raise RuntimeError(f"ooze.{name} works inside a generate function that ooze runs")
+        raise RuntimeError(f"ooze.{name} works inside the functions ooze runs (generate and "
+                           "rollout functions, data sources)")
     import _ooze_native
 
     return _ooze_native.call(f"{generation}/{name}", payload)
@@ -61,6 +64,17 @@ def append_observation(sample: Sample, text: str) -> int:
     return answer["appended"]
 
 
+async def score(samples: list) -> None:
+    """Sets each sample's reward with the run's reward function, the samples scored together as
+    one group (--group-rm functions see them all)."""
+    payload = [to_ooze_dict(sample) for sample in samples]
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    rewards = await loop.run_in_executor(_requests, context.run, _native, "score", payload)
+    for sample, reward in zip(samples, rewards):
+        sample.reward = reward
+
+
 def remaining_budget(sample: Sample) -> int:
     """Response tokens the sample may still grow by (--rollout-max-response-len minus its length)."""
     return _native("remaining_budget", {"sample": to_ooze_dict(sample)})
@@ -77,6 +91,22 @@ class _Tokenizer:
 
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
         return {"input_ids": self.encode(text)}
+
+    def apply_chat_template(self, messages: list, tokenize: bool = False,
+                            add_generation_prompt: bool = False, enable_thinking: bool = True,
+                            chat_template: str = None, **kwargs):
+        """The conversation rendered with a chat template ooze knows: `chat_template` names one
+        ("chatml", "qwen3", "llama3"; not Jinja text), else the run's --chat-template, else the
+        tokenizer's own. Its text, or with tokenize=True its token ids."""
+        import ooze
+
+        text = _native("apply_chat_template", {
+            "messages": list(messages),
+            "add_generation_prompt": add_generation_prompt,
+            "enable_thinking": enable_thinking,
+            "chat_template": chat_template or getattr(ooze.args, "chat_template", "") or "",
+        })
+        return self.encode(text) if tokenize else text
 
 
 tokenizer = _Tokenizer()

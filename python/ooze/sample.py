@@ -83,7 +83,7 @@ _FIELD_NAMES = frozenset(field.name for field in dataclasses.fields(Sample))
 _OOZE_FIELDS = (
     "group_index", "index", "prompt", "tokens", "response", "response_length", "label",
     "metadata", "tools", "reward", "loss_mask", "rollout_log_probs", "weight_versions",
-    "status", "abort_reason", "metrics",
+    "status", "abort_reason", "metrics", "rollout_id",
 )
 
 

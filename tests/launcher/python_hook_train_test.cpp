@@ -122,5 +122,82 @@ TEST(PythonHookTrainTest, ARolloutHookThatAnswersWronglyStopsTheRun) {
                   "(raw_rewards, rewards), two lists of 8 numbers");
 }
 
+// A whole rollout in Python, prompts from a Python data source whose state checkpoints with the
+// run, an evaluation by the same function with a Python eval log, and the run's router reached
+// over HTTP from Python (args.sglang_router_ip / args.sglang_router_port).
+TEST(PythonHookTrainTest, ARolloutFunctionAndDataSourceTrainCheckpointAndResume) {
+  if (!std::filesystem::exists(::ooze::testing::ooze_binary())) GTEST_SKIP() << "no ooze binary";
+  const std::string hooks = std::string(OOZE_TEST_HOOKS_DIR) + "/rollouts.py:";
+  const std::string dir = ::ooze::testing::make_temp_dir("python-rollout-function");
+  auto command = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> flags = {"--rollout-function-path",
+                                      hooks + "train_rollout",
+                                      "--data-source-path",
+                                      hooks + "CountingSource",
+                                      "--custom-eval-rollout-log-function-path",
+                                      hooks + "log_eval_to_file",
+                                      "--eval-interval",
+                                      "1",
+                                      "--save-interval",
+                                      "1",
+                                      "--save-debug-rollout-data",
+                                      dir + "/samples_{rollout_id}.jsonl"};
+    flags.insert(flags.end(), more.begin(), more.end());
+    return ::ooze::testing::tiny_train_command(dir, flags);
+  };
+  Process run(command({"--num-rollout", "2", "--save", dir + "/save"}), {{"OMP_NUM_THREADS", "1"}},
+              dir + "/log.txt");
+  const ::ooze::testing::ExitStatus status = run.wait(180s);
+  ASSERT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << run.output();
+
+  // The data source handed out "count to N" in order (evaluations draw from it too) and saved
+  // its position with each checkpoint, named by the checkpoint's last rollout.
+  int64_t last_position = -1;
+  for (int64_t rollout = 0; rollout < 2; ++rollout) {
+    for (const nlohmann::json& sample :
+         ::ooze::testing::read_json_lines(dir + "/samples_" + std::to_string(rollout) + ".jsonl")) {
+      const std::string prompt = sample["prompt"].get<std::string>();
+      ASSERT_EQ(prompt.rfind("count to ", 0), 0u) << prompt;
+      const int64_t position = std::stoll(prompt.substr(9));
+      EXPECT_GE(position, last_position);
+      last_position = position;
+    }
+  }
+  const nlohmann::json saved =
+      nlohmann::json::parse(read_file(dir + "/save/counting_source_1.json"));
+  EXPECT_GT(saved["position"].get<int64_t>(), last_position);
+
+  int64_t rollout_lines = 0;
+  for (const nlohmann::json& line : ::ooze::testing::read_json_lines(dir + "/out/metrics.jsonl")) {
+    if (!line.contains("perf/step_time")) continue;
+    EXPECT_EQ(line["rollout/python_groups"], 2) << line.dump();
+    EXPECT_EQ(line["rollout/router_healthy"], 1) << line.dump();
+    ++rollout_lines;
+  }
+  EXPECT_EQ(rollout_lines, 2);
+  // Evaluations before rollouts 0 and 1 and of the final policy, each logged by the hook.
+  const std::vector<nlohmann::json> evals =
+      ::ooze::testing::read_json_lines(dir + "/out/python_eval_log.jsonl");
+  ASSERT_EQ(evals.size(), 3u);
+  for (size_t i = 0; i < evals.size(); ++i) {
+    EXPECT_EQ(evals[i]["rollout_id"], i);
+    EXPECT_EQ(evals[i]["samples"], 8);  // 2 groups of 4
+  }
+
+  // Resumed: the data source loads the saved position, so rollout 2 starts there.
+  Process resumed(command({"--num-rollout", "3", "--load", dir + "/save", "--save",
+                           dir + "/save-resumed", "--eval-interval", "0"}),
+                  {{"OMP_NUM_THREADS", "1"}}, dir + "/resume-log.txt");
+  const ::ooze::testing::ExitStatus resumed_status = resumed.wait(180s);
+  ASSERT_TRUE(resumed_status.exited && resumed_status.code == 0)
+      << resumed_status.describe() << "\n"
+      << resumed.output();
+  const std::vector<nlohmann::json> rollout2 =
+      ::ooze::testing::read_json_lines(dir + "/samples_2.jsonl");
+  ASSERT_FALSE(rollout2.empty());
+  EXPECT_EQ(rollout2.front()["prompt"],
+            "count to " + std::to_string(saved["position"].get<int64_t>()));
+}
+
 }  // namespace python_hook_train_test
 }  // namespace ooze::launcher

@@ -138,6 +138,18 @@ TEST(PythonRewardCommandTest, AFunctionOozeCannotCallStopsItBeforeAnyLine) {
                   "rewards.one_argument(args, sample), but it is declared (sample)");
 }
 
+TEST(PythonRewardCommandTest, AnAsyncRewardThatHangsEndsAtRmTimeout) {
+  const CommandRun run = run_in_hooks_dir(quoted(::ooze::testing::ooze_binary()) +
+                                              " reward --custom-rm-path rewards.hangs_async "
+                                              "--rm-timeout 0.5",
+                                          unicode_lines());
+  EXPECT_TRUE(run.status.exited && run.status.code != 0) << run.status.describe();
+  ASSERT_FALSE(run.stdout_lines.empty()) << run.stderr_text;
+  // Each line answers with the error (ooze reward keeps going after a line it cannot score).
+  EXPECT_CONTAINS(run.stdout_lines[0],
+                  "--custom-rm-path rewards.hangs_async did not finish within --rm-timeout 0.5 s");
+}
+
 TEST(PythonRewardCommandTest, CtrlCDuringAPythonRewardEndsTheCommandAtOnce) {
   // A test run as a script's background job inherits an ignored SIGINT; Ctrl-C is what this
   // test stands for.

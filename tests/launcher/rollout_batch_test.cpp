@@ -193,7 +193,7 @@ TEST(RolloutBatch, MistakesNameTheSample) {
   groups = two_groups();
   groups[1].pop_back();
   EXPECT_CONTAINS(error_message_of<Error>([&] { rollout_batch(groups); }),
-                  "group 1 has 2 samples, the first 3");
+                  "group 1 has 2 rollouts, the first 3");
   groups = two_groups();
   groups[0][0].reward = {{"score", 0.5}};
   EXPECT_EQ(rollout_batch(groups, "score").rewards[0], 0.5);
@@ -213,6 +213,58 @@ TEST(RolloutBatch, MistakesNameTheSample) {
                     batch.set("old_log_probs", std::vector<at::Tensor>(6, at::zeros({1})));
                   }),
                   "sample 0 has 2 response tokens");
+}
+
+// Rollouts a generate function split into samples sharing a rollout_id: group 0 holds rollout A
+// (two samples, rewards 0.25 + 0.75) and B (one sample, 0); group 1 holds C (one sample, 0.5) and
+// D (three samples, 0.5 + 0 + 0).
+std::vector<std::vector<rollout::Sample>> split_rollouts() {
+  auto piece = [](int64_t group, int64_t index, int64_t rollout_id, double reward) {
+    rollout::Sample sample = make_sample(group, index, 2, reward);
+    sample.rollout_id = rollout_id;
+    return sample;
+  };
+  return {
+      {piece(0, 0, 0, 0.25), piece(0, 1, 0, 0.75), make_sample(0, 2, 3, 0.0)},
+      {make_sample(1, 3, 2, 0.5), piece(1, 4, 4, 0.5), piece(1, 5, 4, 0.0), piece(1, 6, 4, 0.0)}};
+}
+
+TEST(RolloutBatch, SplitRolloutsShareTheirRolloutsAdvantageAndItsOptimizerStep) {
+  RolloutBatch batch = rollout_batch(split_rollouts());
+  EXPECT_EQ(batch.rollout_sizes, (std::vector<int64_t>{2, 1, 1, 3}));
+  EXPECT_EQ(batch.group_size, 2);
+  ASSERT_TRUE(batch.has_split_rollouts());
+
+  // grpo over rollouts: group 0's totals {1, 0}: mean 0.5, unbiased std sqrt(0.5); group 1's
+  // totals {0.5, 0.5} agree, so 0.
+  compute_advantages(batch, algorithms::AdvantageOptions{}, algorithms::KlEstimator::kK1);
+  const double a = 0.5 / (std::sqrt(0.5) + 1e-6);
+  const std::vector<double> expected = {a, a, -a, 0, 0, 0, 0};
+  const std::vector<at::Tensor> advantages = batch.get("advantages");
+  for (size_t i = 0; i < expected.size(); ++i) {
+    for (double value : values_of(advantages[i])) EXPECT_NEAR(value, expected[i], 1e-6) << i;
+  }
+
+  // Two rollouts per step: {A, B} then {C, D}, never a rollout cut in two.
+  const std::vector<trainer::TrainBatch> steps = batch.global_batches(2);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].samples.size(), 3u);
+  EXPECT_EQ(steps[1].samples.size(), 4u);
+  EXPECT_CONTAINS(error_message_of<ConfigError>([&] { batch.global_batches(3); }),
+                  "does not divide the 4");
+
+  algorithms::AdvantageOptions rloo;
+  rloo.estimator = algorithms::AdvantageEstimator::kRloo;
+  EXPECT_CONTAINS(error_message_of<ConfigError>(
+                      [&] { compute_advantages(batch, rloo, algorithms::KlEstimator::kK1); }),
+                  "rloo takes one sample per rollout");
+}
+
+TEST(RolloutBatch, GroupsWithDifferentNumbersOfRolloutsAreRefused) {
+  std::vector<std::vector<rollout::Sample>> groups = split_rollouts();
+  groups[1][0].rollout_id = 4;  // C joins D: group 1 has one rollout
+  EXPECT_CONTAINS(error_message_of<Error>([&] { rollout_batch(groups); }),
+                  "group 1 has 1 rollouts, the first 2");
 }
 
 }  // namespace rollout_batch_test

@@ -1,7 +1,8 @@
 // A Python generate function in real rollouts against real engines: each policy turn made with
 // ooze.generate is exactly what the engine samples for the sample's tokens so far (checked by
 // asking the engine again, greedily), a tool's answer appended with ooze.append_observation is
-// the tokenizer's tokens of its text with loss mask 0, and a function that returns what ooze
+// the tokenizer's tokens of its text with loss mask 0, a function that returns several samples
+// puts them in the prompt's group sharing a rollout_id, and a function that returns what ooze
 // cannot train on stops the rollout naming the hook and the sample.
 #include <gtest/gtest.h>
 
@@ -100,14 +101,38 @@ TEST_F(PythonGenerateTest, TurnsAreTheEnginesTokensAndToolAnswersAreMaskedOut) {
       }
       EXPECT_EQ(sample.response_length, static_cast<int64_t>(response.size()));
       EXPECT_TRUE(sample.reward.is_number());  // scored after the function returned
+      // ooze.tokenizer.apply_chat_template, as ChatML writes a user turn and the prompt.
+      EXPECT_EQ(sample.metadata.at("chat"),
+                "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     }
   }
 }
 
+TEST_F(PythonGenerateTest, SplitConversationsStayInTheirGroupSharingARolloutId) {
+  const RolloutResult result = rollout_with("split_in_two");
+  ASSERT_EQ(result.groups.size(), 2u);
+  for (const std::vector<Sample>& group : result.groups) {
+    ASSERT_EQ(group.size(), 4u);  // 2 samples, each split in two, each piece after its sample
+    for (size_t i = 0; i < group.size(); i += 2) {
+      const Sample& first = group[i];
+      const Sample& second = group[i + 1];
+      EXPECT_EQ(first.rollout_id, first.index);
+      EXPECT_EQ(second.rollout_id, first.rollout_id);
+      EXPECT_EQ(first.reward, 0.25);  // the function's rewards, not the math reward's
+      EXPECT_EQ(second.reward, 0.75);
+      EXPECT_EQ(first.response_length, 2);
+      // The second piece continues the first: its tokens start with all of the first's.
+      ASSERT_GE(second.tokens.size(), first.tokens.size());
+      EXPECT_TRUE(std::equal(first.tokens.begin(), first.tokens.end(), second.tokens.begin()));
+    }
+    EXPECT_NE(group[0].rollout_id, group[2].rollout_id);
+  }
+}
+
 TEST_F(PythonGenerateTest, WhatOozeCannotTrainOnStopsTheRollout) {
-  std::string message =
-      ::ooze::testing::error_message_of<python::HookError>([] { rollout_with("returns_two"); });
-  EXPECT_CONTAINS(message, "returned 2 samples for sample");
+  std::string message = ::ooze::testing::error_message_of<python::HookError>(
+      [] { rollout_with("mixes_rollout_ids"); });
+  EXPECT_CONTAINS(message, "returned samples of rollout_id 1 and 2");
   message =
       ::ooze::testing::error_message_of<python::HookError>([] { rollout_with("breaks_the_mask"); });
   EXPECT_CONTAINS(message, "--custom-generate-function-path " + kGenerate + "breaks_the_mask");

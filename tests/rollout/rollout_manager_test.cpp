@@ -268,7 +268,7 @@ TEST_F(RolloutManagerTest, EvaluationReportsMeanRewardAndPassAtK) {
   eval_options.n_samples_per_eval_prompt = 4;
   eval_options.log_passrate = true;
   eval_options.sampling.max_response_len = 6;
-  MetricMap metrics = manager.evaluate({{"toy", eval.get()}}, eval_options);
+  MetricMap metrics = manager.evaluate({{"toy", eval.get()}}, eval_options).metrics;
   // With 0/1 rewards pass@1 is the mean reward; pass@k grows with k.
   EXPECT_NEAR(metrics.at("eval/toy/pass@1"), metrics.at("eval/toy"), 1e-12);
   EXPECT_LE(metrics.at("eval/toy/pass@1"), metrics.at("eval/toy/pass@2"));

@@ -114,3 +114,8 @@ def fails_in_fourth_rollout(args, sample):
 def sleeps_a_minute(args, sample):
     time.sleep(60)
     return 1.0
+
+
+async def hangs_async(args, sample):
+    await asyncio.sleep(3600)
+    return 1.0
