@@ -159,6 +159,49 @@ def _outcome(hook: Hook, sample: Sample, value):
         return [False, f"{hook.name} on {_where(sample)} returned {error}"]
 
 
+async def _await_together(coroutines: list) -> list:
+    """Their values (or exceptions) in order, as gather(*coroutines, return_exceptions=True), but
+    a coroutine that finishes at its first step (a reward that computes and returns) never gets a
+    Task: a Task costs more than a trivial reward. Those that wait go on together."""
+    values = [None] * len(coroutines)
+    waiting = []
+    for i, coroutine in enumerate(coroutines):
+        try:
+            yielded = coroutine.send(None)
+        except StopIteration as stop:
+            values[i] = stop.value
+        except Exception as error:
+            values[i] = error
+        else:
+            waiting.append((i, _resume(coroutine, yielded)))
+    if waiting:
+        done = await asyncio.gather(*(resumed for _, resumed in waiting), return_exceptions=True)
+        for (i, _), value in zip(waiting, done):
+            values[i] = value
+    return values
+
+
+async def _resume(coroutine, yielded):
+    """Goes on with a coroutine whose first step ran outside a Task and yielded `yielded`: what a
+    Task does, waiting for each future it yields before sending it on."""
+    try:
+        while True:
+            if yielded is None:  # a bare yield (asyncio.sleep(0)): let the others run
+                await asyncio.sleep(0)
+            else:
+                if getattr(yielded, "_asyncio_future_blocking", False):
+                    yielded._asyncio_future_blocking = False  # taken, as a Task takes it
+                try:
+                    await yielded
+                except Exception:
+                    pass  # the coroutine reads the future's outcome itself when it goes on
+            yielded = coroutine.send(None)
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        coroutine.close()
+
+
 def reward_each(hook: Hook, records: list) -> dict:
     """Scores each sample with `hook(args, sample)`: {"outcomes": one per sample, in order,
     "seconds": the time spent in the hook}.
@@ -173,9 +216,8 @@ def reward_each(hook: Hook, records: list) -> dict:
         timeout = getattr(_args, "rm_timeout", None)
 
         async def score_all():
-            return await asyncio.wait_for(asyncio.gather(
-                *(hook.function(_args, sample) for sample in samples), return_exceptions=True
-            ), timeout)
+            return await asyncio.wait_for(
+                _await_together([hook.function(_args, sample) for sample in samples]), timeout)
 
         try:
             values = _wait(score_all())
