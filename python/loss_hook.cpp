@@ -9,15 +9,6 @@
 namespace py = pybind11;
 
 namespace ooze::python {
-namespace {
-
-py::list tensor_list(const std::vector<at::Tensor>& tensors) {
-  py::list out(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) out[i] = to_python(tensors[i]);
-  return out;
-}
-
-}  // namespace
 
 LossHook LossHook::load(const std::string& path, const std::string& flag) {
   ensure_torch();

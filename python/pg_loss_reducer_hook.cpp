@@ -25,11 +25,9 @@ at::Tensor PgLossReducerHook::reduce(const std::vector<int64_t>& total_lengths,
   try {
     static const py::handle reduce_pg_loss =
         py::object(py::module_::import("ooze._loss_runtime").attr("reduce_pg_loss")).release();
-    py::list masks(loss_masks.size());
-    for (size_t i = 0; i < loss_masks.size(); ++i) masks[i] = to_python(loss_masks[i]);
     py::object result =
         reduce_pg_loss(py::handle(static_cast<PyObject*>(hook_.object())), total_lengths,
-                       response_lengths, masks, per_token, to_python(x));
+                       response_lengths, tensor_list(loss_masks), per_token, to_python(x));
     out = from_python(result, "the reduced pg_loss");
   } catch (py::error_already_set& error) {
     throw hook_error(error, hook_.flag() + " " + hook_.path());

@@ -1,6 +1,7 @@
 #include "python/python_hook.h"
 
 #include <pybind11/embed.h>
+#include <pybind11/stl.h>
 
 #include "python/hook_error.h"
 #include "python/interpreter.h"
@@ -56,15 +57,32 @@ HookError hook_error(py::error_already_set& error, const std::string& hook) {
 }
 
 PythonHook PythonHook::load(const std::string& path, const std::string& flag,
-                            const std::vector<std::string>& parameters) {
+                            const std::vector<std::string>& parameters, Passing passing) {
+  return load_checked(path, flag, {parameters}, passing);
+}
+
+PythonHook PythonHook::load_any(const std::string& path, const std::string& flag,
+                                const std::vector<std::vector<std::string>>& signatures) {
+  return load_checked(path, flag, signatures, Passing::kByPosition);
+}
+
+PythonHook PythonHook::load_checked(const std::string& path, const std::string& flag,
+                                    const std::vector<std::vector<std::string>>& signatures,
+                                    Passing passing) {
   ensure_started();
   py::gil_scoped_acquire gil;
   PythonHook hook;
   hook.path_ = path;
   hook.flag_ = flag;
   try {
-    py::object loaded = runtime().attr("load_hook")(path, flag, to_python(parameters));
+    py::list accepted;
+    for (const std::vector<std::string>& parameters : signatures) {
+      accepted.append(to_python(parameters));
+    }
+    py::object loaded =
+        runtime().attr("load_hook")(path, flag, accepted, passing == Passing::kByKeyword);
     hook.is_async_ = loaded.attr("is_async").cast<bool>();
+    hook.parameters_ = loaded.attr("parameters").cast<std::vector<std::string>>();
     hook.hook_ = loaded.release().ptr();
   } catch (py::error_already_set& error) {
     throw hook_error(error, flag + " " + path);

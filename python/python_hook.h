@@ -44,15 +44,26 @@ class RecordWriter {
 
 class PythonHook {
  public:
+  // How ooze passes the arguments: by position, or by keyword as Slime calls some hooks
+  // (tis_func(**kwargs)).
+  enum class Passing { kByPosition, kByKeyword };
+
   // Starts the interpreter if needed. `parameters` are the arguments ooze calls the function
   // with, by name, for the arity check and its message. Throws HookError.
   static PythonHook load(const std::string& path, const std::string& flag,
-                         const std::vector<std::string>& parameters);
+                         const std::vector<std::string>& parameters,
+                         Passing passing = Passing::kByPosition);
+  // The same for a hook ooze calls in one of several ways (Slime's signature and a fuller one):
+  // the first of `signatures` the function accepts, by position, is what parameters() says.
+  static PythonHook load_any(const std::string& path, const std::string& flag,
+                             const std::vector<std::vector<std::string>>& signatures);
 
   // `async def`: its calls are awaited together on the hooks' event loop.
   bool is_async() const { return is_async_; }
   const std::string& path() const { return path_; }
   const std::string& flag() const { return flag_; }
+  // The arguments ooze calls it with (the signature it accepted).
+  const std::vector<std::string>& parameters() const { return parameters_; }
   // The runtime's Hook object (a PyObject*, with its `function` and `name`), for the python/*.cpp
   // that call a hook with more than JSON (python/loss_hook.cpp).
   void* object() const { return hook_; }
@@ -67,9 +78,13 @@ class PythonHook {
 
  private:
   PythonHook() = default;
+  static PythonHook load_checked(const std::string& path, const std::string& flag,
+                                 const std::vector<std::vector<std::string>>& signatures,
+                                 Passing passing);
 
   std::string path_;
   std::string flag_;
+  std::vector<std::string> parameters_;
   bool is_async_ = false;
   void* hook_ = nullptr;  // the runtime's Hook object (PyObject*), never released
 };

@@ -47,6 +47,12 @@ py::object to_python(const at::Tensor& tensor) {
   return py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor));
 }
 
+py::list tensor_list(const std::vector<at::Tensor>& tensors) {
+  py::list out(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) out[i] = to_python(tensors[i]);
+  return out;
+}
+
 bool is_tensor(py::handle object) { return THPVariable_Check(object.ptr()); }
 
 at::Tensor from_python(py::handle object, const std::string& what) {

@@ -17,6 +17,7 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <vector>
 
 namespace ooze::python {
 
@@ -26,6 +27,8 @@ void ensure_torch();
 
 // GIL held, torch imported: a torch.Tensor sharing `tensor` (undefined: None).
 pybind11::object to_python(const at::Tensor& tensor);
+// The same for each tensor: a list as Slime's per-sample batches are.
+pybind11::list tensor_list(const std::vector<at::Tensor>& tensors);
 // GIL held: whether `object` is a torch.Tensor.
 bool is_tensor(pybind11::handle object);
 // GIL held: the tensor `object` holds, shared. Throws HookError naming `what` when it is none.

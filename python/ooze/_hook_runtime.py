@@ -43,10 +43,11 @@ class HookError(Exception):
 
 
 class Hook:
-    def __init__(self, function, path: str, flag: str):
+    def __init__(self, function, path: str, flag: str, parameters: list):
         self.function = function
         self.name = f"{flag} {path}"
         self.is_async = _is_async(function)
+        self.parameters = parameters  # what ooze calls it with: the signature it accepted
 
 
 def _is_async(function) -> bool:
@@ -63,8 +64,14 @@ def _traceback(error: BaseException) -> str:
     return "".join(traceback.format_exception(type(error), error, frames)).rstrip()
 
 
-def load_hook(path: str, flag: str, parameters: list) -> Hook:
-    """Loads `path` for `flag` and checks that it can be called with `parameters`."""
+def _call_text(path: str, parameters: list, by_keyword: bool) -> str:
+    arguments = (f"{name}=..." for name in parameters) if by_keyword else parameters
+    return f"{path}({', '.join(arguments)})"
+
+
+def load_hook(path: str, flag: str, signatures: list, by_keyword: bool = False) -> Hook:
+    """Loads `path` for `flag` and checks that it can be called with one of `signatures` (lists of
+    parameter names, in the order ooze tries them), passed by position, or by keyword."""
     try:
         function = load_function(path)
     except HookLoadError as error:
@@ -74,15 +81,22 @@ def load_hook(path: str, flag: str, parameters: list) -> Hook:
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):  # some builtins have none: nothing to check
-        return Hook(function, path, flag)
-    try:
-        signature.bind(*parameters)
-    except TypeError as error:
-        raise HookError(
-            f"{flag} {path}: ooze calls it as {path}({', '.join(parameters)}), but it is "
-            f"declared ({', '.join(signature.parameters)}): {error}"
-        ) from None
-    return Hook(function, path, flag)
+        return Hook(function, path, flag, signatures[0])
+    refusal = None
+    for parameters in signatures:
+        try:
+            if by_keyword:
+                signature.bind(**dict.fromkeys(parameters))
+            else:
+                signature.bind(*parameters)
+            return Hook(function, path, flag, parameters)
+        except TypeError as error:
+            refusal = refusal or error
+    calls = " or ".join(_call_text(path, parameters, by_keyword) for parameters in signatures)
+    raise HookError(
+        f"{flag} {path}: ooze calls it as {calls}, but it is declared "
+        f"({', '.join(signature.parameters)}): {refusal}"
+    ) from None
 
 
 # --- the run's flags -------------------------------------------------------------------------
