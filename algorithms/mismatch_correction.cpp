@@ -35,12 +35,21 @@ const OptionFields<MismatchCorrectionOptions>& MismatchCorrectionOptions::fields
                "Ratios outside the TIS bounds are clipped (truncated IS) or masked (icepop).");
     f.add("get_mismatch_metrics", &O::get_mismatch_metrics,
           "Log train/inference log-prob mismatch metrics without --use-tis.");
+    f.add("custom_tis_function_path", &O::custom_tis_function_path,
+          "With --use-tis: your function in place of the built-in TIS, (args, *, pg_loss, "
+          "train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths) -> "
+          "(pg_loss, loss_masks, metrics) as Slime's; see docs/custom_loss.md.");
+    f.add_rule([](const O& options) { options.validate(); });
     return f;
   }();
   return fields;
 }
 
 void MismatchCorrectionOptions::validate() const {
+  if (!use_tis && !custom_tis_function_path.empty()) {
+    throw ConfigError("--custom-tis-function-path " + custom_tis_function_path +
+                      " replaces the built-in TIS: it is used with --use-tis only (add it)");
+  }
   if (tis_clip_low < tis_clip) return;
   std::ostringstream message;  // shortest form of the numbers, as the user typed them
   message << "tis_clip_low = " << tis_clip_low << " must be below tis_clip = " << tis_clip;

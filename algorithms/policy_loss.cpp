@@ -167,7 +167,24 @@ LossOutput policy_loss(const PolicyLossInputs& inputs, const PolicyLossOptions& 
     per_token = per_token * keep;
     metrics.add("opsm_clipfrac", ((1.0 - keep) * weights).sum());
   }
-  if (options.mismatch.needs_rollout_log_probs()) {
+  // What pg_loss counts: the loss mask, unless a custom TIS function rejects tokens.
+  at::Tensor pg_mask = mask;
+  at::Tensor pg_weights = weights;
+  if (options.mismatch.uses_custom_tis()) {
+    if (!inputs.custom_tis || inputs.sequence_token_counts.defined()) {
+      throw Error("policy_loss: custom_tis_function_path " +
+                  options.mismatch.custom_tis_function_path +
+                  " needs inputs.custom_tis, on whole samples (no sequence_token_counts)");
+    }
+    CustomTisResult tis =
+        inputs.custom_tis(per_token, old_log_probs, inputs.rollout_log_probs.to(dtype), mask);
+    per_token = tis.per_token.to(dtype);
+    pg_mask = tis.loss_mask.to(dtype);
+    pg_weights = loss_token_weights(pg_mask, sequences, scale);
+    for (const auto& [name, values] : tis.metrics) {
+      metrics.add(name, (values.detach().to(dtype) * weights).sum());
+    }
+  } else if (options.mismatch.needs_rollout_log_probs()) {
     RolloutImportanceWeights importance = rollout_importance_weights(
         old_log_probs, inputs.rollout_log_probs, mask, sequences, options.mismatch);
     if (options.mismatch.use_tis) per_token = per_token * importance.weights;
@@ -175,8 +192,8 @@ LossOutput policy_loss(const PolicyLossInputs& inputs, const PolicyLossOptions& 
                          weights);
   }
 
-  at::Tensor pg_loss =
-      inputs.pg_loss_reducer ? inputs.pg_loss_reducer(per_token) : (per_token * weights).sum();
+  at::Tensor pg_loss = inputs.pg_loss_reducer ? inputs.pg_loss_reducer(per_token, pg_mask)
+                                              : (per_token * pg_weights).sum();
   at::Tensor loss = pg_loss;
   metrics.add("pg_loss", pg_loss);
   metrics.add("pg_clipfrac", (surrogate.clipped * weights).sum());

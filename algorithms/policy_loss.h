@@ -6,7 +6,8 @@
 //     gspo                the same on the sequence ratio r = exp(mean over the sample's counted
 //                         tokens of log pi - log pi_old), clipped per sequence
 //     cispo               -sg(clamp(r, 1 - eps_clip, 1 + eps_clip_high)) A log pi (MiniMax-M1)
-//   x OPSM keep mask (--use-opsm), x rollout importance weights (--use-tis)
+//   x OPSM keep mask (--use-opsm), x rollout importance weights (--use-tis; or a user's TIS
+//   function, --custom-tis-function-path, which may also reject tokens from pg_loss)
 //   aggregated by loss_aggregation.h
 //   - entropy_coef * aggregated entropy
 //   + kl_loss_coef * aggregated KL(pi || pi_ref) (--use-kl-loss, --kl-loss-type, --use-unbiased-kl)
@@ -87,8 +88,14 @@ struct PolicyLossInputs {
   at::Tensor sequence_token_counts;
   // Optional: reduces the per-token surrogate [T] to pg_loss in place of the aggregation's
   // weights (a user's reducer, --custom-pg-loss-reducer-function-path); its result must be this
-  // micro-batch's share of the step's pg_loss. The other terms and metrics keep the weights.
-  std::function<at::Tensor(const at::Tensor& per_token)> pg_loss_reducer;
+  // micro-batch's share of the step's pg_loss. It gets the loss mask pg_loss counts (a custom TIS
+  // function's). The other terms and metrics keep the weights.
+  std::function<at::Tensor(const at::Tensor& per_token, const at::Tensor& loss_mask)>
+      pg_loss_reducer;
+  // Required with use_tis and a custom_tis_function_path, which it runs (the trainer makes it):
+  // the correction in place of rollout_importance_weights and its metrics. Needs whole samples
+  // (no sequence_token_counts): pg_loss's counts are rebuilt from the mask it returns.
+  CustomTis custom_tis;
 };
 
 // Throws ooze::Error on a missing or misshapen input the options need, and ConfigError on

@@ -166,7 +166,8 @@ trainer::TrainInit policy_init(const Config& config, const TrainPlan& plan) {
   // A Python loss's file is the one this command names, wherever a rank runs; its `args` are the
   // run's flags.
   for (std::string* path : {&init.options.step.custom_loss_function_path,
-                            &init.options.step.custom_pg_loss_reducer_function_path}) {
+                            &init.options.step.custom_pg_loss_reducer_function_path,
+                            &init.options.step.policy_loss.mismatch.custom_tis_function_path}) {
     *path = python::with_absolute_file(*path);
   }
   init.hook_args = config.to_json().dump();

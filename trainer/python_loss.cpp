@@ -7,12 +7,14 @@
 #include "algorithms/packed_sequences.h"
 #include "python/loss_hook.h"
 #include "python/pg_loss_reducer_hook.h"
+#include "python/tis_hook.h"
 
 namespace ooze::trainer {
 namespace {
 
 constexpr const char* kLossFlag = "--custom-loss-function-path";
 constexpr const char* kReducerFlag = "--custom-pg-loss-reducer-function-path";
+constexpr const char* kTisFlag = "--custom-tis-function-path";
 
 // The per-token values a policy's samples may carry, under Slime's keys: a rank without samples
 // has none to name, so its padding micro-batch gets these, [0]-sized.
@@ -53,6 +55,20 @@ std::vector<at::Tensor> responses_of(const fsdp::PackedMicroBatch& batch,
   return responses;
 }
 
+// The reverse of responses_of: a per-token [T] tensor from each sample's response values, 0 on
+// the prompts (which no loss counts).
+at::Tensor packed_from_responses(const fsdp::PackedMicroBatch& batch,
+                                 const std::vector<int64_t>& total_lengths,
+                                 const std::vector<at::Tensor>& responses) {
+  std::vector<at::Tensor> pieces;
+  for (size_t b = 0; b < responses.size(); ++b) {
+    pieces.push_back(
+        at::zeros({total_lengths[b] - batch.response_lengths[b]}, responses[b].options()));
+    pieces.push_back(responses[b]);
+  }
+  return at::cat(pieces);
+}
+
 // L_i of each packed sample, from cu_seqlens.
 std::vector<int64_t> total_lengths_of(const fsdp::PackedMicroBatch& batch) {
   const at::Tensor cu_seqlens = batch.cu_seqlens.to(at::kCPU, at::kLong).contiguous();
@@ -71,6 +87,10 @@ void load_python_losses(const TrainStepOptions& options) {
   if (options.loss_type == LossType::kPolicyLoss &&
       !options.custom_pg_loss_reducer_function_path.empty()) {
     loaded<python::PgLossReducerHook>(options.custom_pg_loss_reducer_function_path, kReducerFlag);
+  }
+  const algorithms::MismatchCorrectionOptions& mismatch = options.policy_loss.mismatch;
+  if (options.loss_type == LossType::kPolicyLoss && mismatch.uses_custom_tis()) {
+    loaded<python::TisHook>(mismatch.custom_tis_function_path, kTisFlag);
   }
 }
 
@@ -117,21 +137,53 @@ algorithms::LossOutput custom_loss(const std::string& path, const fsdp::PackedMi
   return loss;
 }
 
-std::function<at::Tensor(const at::Tensor& per_token)> custom_pg_loss_reducer(
-    const std::string& path, const fsdp::PackedMicroBatch& batch,
-    const algorithms::LossScale& scale) {
+std::function<at::Tensor(const at::Tensor& per_token, const at::Tensor& loss_mask)>
+custom_pg_loss_reducer(const std::string& path, const fsdp::PackedMicroBatch& batch,
+                       const algorithms::LossScale& scale) {
   const python::PgLossReducerHook& hook = loaded<python::PgLossReducerHook>(path, kReducerFlag);
   // Slime's reducers sum over the micro-batch; its loss then divides by the step's samples, or
   // by its tokens when the loss is per token. The counts are clamped as the built-in weights'.
   const bool per_token = scale.aggregation == algorithms::LossAggregation::kTokenMean;
   const double divisor = std::max(per_token ? scale.global_tokens : scale.global_sequences, 1.0);
   // `batch` outlives the reducer: the policy loss of this micro-batch calls it once.
-  return [&hook, &batch, per_token, divisor](const at::Tensor& per_token_loss) {
+  return [&hook, &batch, per_token, divisor](const at::Tensor& per_token_loss,
+                                             const at::Tensor& loss_mask) {
     const std::vector<int64_t> total_lengths = total_lengths_of(batch);
     const at::Tensor reduced = hook.reduce(
-        total_lengths, batch.response_lengths, responses_of(batch, total_lengths, batch.loss_mask),
+        total_lengths, batch.response_lengths, responses_of(batch, total_lengths, loss_mask),
         per_token, at::cat(responses_of(batch, total_lengths, per_token_loss)));
     return reduced / divisor;
+  };
+}
+
+algorithms::CustomTis custom_tis(const std::string& path, const fsdp::PackedMicroBatch& batch) {
+  const python::TisHook& hook = loaded<python::TisHook>(path, kTisFlag);
+  return [&hook, &batch](const at::Tensor& per_token_loss, const at::Tensor& old_log_probs,
+                         const at::Tensor& rollout_log_probs, const at::Tensor& loss_mask) {
+    const std::vector<int64_t> total_lengths = total_lengths_of(batch);
+    auto responses = [&](const at::Tensor& per_token) {
+      return responses_of(batch, total_lengths, per_token);
+    };
+    auto packed = [&](const at::Tensor& concatenated) {
+      return packed_from_responses(batch, total_lengths,
+                                   at::split_with_sizes(concatenated, batch.response_lengths));
+    };
+    python::TisHookInputs inputs;
+    inputs.pg_loss = at::cat(responses(per_token_loss));
+    inputs.train_log_probs = responses(old_log_probs);
+    inputs.rollout_log_probs = responses(rollout_log_probs);
+    inputs.loss_masks = responses(loss_mask);
+    inputs.total_lengths = total_lengths;
+    inputs.response_lengths = batch.response_lengths;
+
+    python::TisHookOutput out = hook.call(inputs);
+    algorithms::CustomTisResult result;
+    result.per_token = packed(out.pg_loss);
+    result.loss_mask = packed_from_responses(batch, total_lengths, out.loss_masks);
+    for (size_t i = 0; i < out.metric_names.size(); ++i) {
+      result.metrics.emplace_back(out.metric_names[i], packed(out.metric_values[i]));
+    }
+    return result;
   };
 }
 

@@ -43,6 +43,21 @@
 // --loss-aggregation token-mean, where calculate_per_token_loss is True, by its counted tokens).
 // So a reducer that sums each sample's mean (or, per token, every counted token) gives the
 // built-in pg_loss. The other terms and metrics keep --loss-aggregation.
+//
+// --loss-type policy_loss --use-tis --custom-tis-function-path PATH: the built-in policy loss,
+// with its rollout importance sampling done by a user's function instead of
+// algorithms/mismatch_correction.h (Slime's), called by keyword:
+//
+//   def tis_fn(args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths,
+//              response_lengths, **kwargs) -> (pg_loss, loss_masks, metrics)
+//
+// on each micro-batch (python/tis_hook.h): pg_loss is the per-token surrogate of its response
+// tokens [sum R_i], with its gradient; train_log_probs (the old policy's), rollout_log_probs and
+// loss_masks are [R_i] per sample. It returns pg_loss reweighted, the loss masks pg_loss then
+// counts (a token it rejects leaves pg_loss's denominator: with the default aggregation, its
+// sample's mean is over the tokens left), and per-token metrics ([sum R_i] each) averaged over
+// the step's counted tokens as the built-in tis metrics are, logged under train/. The other
+// terms and metrics keep the step's loss masks.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -60,8 +75,9 @@
 namespace ooze::trainer {
 
 // Loads the Python functions `options` use (--custom-loss-function-path with --loss-type
-// custom_loss, --custom-pg-loss-reducer-function-path with policy_loss), once per process (later
-// calls return at once), and checks that each takes Slime's arguments. Starts the interpreter and
+// custom_loss, --custom-pg-loss-reducer-function-path and --custom-tis-function-path with
+// policy_loss), once per process (later calls return at once), and checks that each takes
+// Slime's arguments. Starts the interpreter and
 // imports torch when there is one. Throws python::HookError naming the flag, the path and what is
 // wrong: no such file or module, an import that raised (with its traceback), no such function,
 // another signature.
@@ -80,8 +96,13 @@ algorithms::LossOutput custom_loss(const std::string& path, const fsdp::PackedMi
 // factory `path` names (loaded if need be) on `batch` and scales its sum to this micro-batch's
 // share of the step (`scale`'s counts). The reducer throws python::HookError naming the flag; it
 // refers to `batch`, which must outlive it.
-std::function<at::Tensor(const at::Tensor& per_token)> custom_pg_loss_reducer(
-    const std::string& path, const fsdp::PackedMicroBatch& batch,
-    const algorithms::LossScale& scale);
+std::function<at::Tensor(const at::Tensor& per_token, const at::Tensor& loss_mask)>
+custom_pg_loss_reducer(const std::string& path, const fsdp::PackedMicroBatch& batch,
+                       const algorithms::LossScale& scale);
+
+// The custom TIS of the built-in policy loss (algorithms::PolicyLossInputs) that runs the
+// function `path` names (loaded if need be) on `batch`'s samples. It throws python::HookError
+// naming the flag; it refers to `batch`, which must outlive it.
+algorithms::CustomTis custom_tis(const std::string& path, const fsdp::PackedMicroBatch& batch);
 
 }  // namespace ooze::trainer

@@ -243,6 +243,9 @@ algorithms::LossOutput policy_loss_of(fsdp::FsdpTransformer& model,
     inputs.pg_loss_reducer =
         custom_pg_loss_reducer(options.custom_pg_loss_reducer_function_path, batch, scale);
   }
+  if (policy.mismatch.uses_custom_tis()) {
+    inputs.custom_tis = custom_tis(policy.mismatch.custom_tis_function_path, batch);
+  }
   return algorithms::policy_loss(inputs, policy, scale);
 }
 

@@ -159,3 +159,69 @@ def reduce_pg_loss(hook, total_lengths: list, response_lengths: list, loss_masks
             "from the tensor it is given"
         )
     return reduced.reshape(())
+
+
+def _described(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return f"a {type(value).__name__}"
+
+
+def apply_tis(hook, pg_loss: torch.Tensor, train_log_probs: list, rollout_log_probs: list,
+              loss_masks: list, total_lengths: list, response_lengths: list):
+    """``hook(args=..., pg_loss=..., ...)``, every argument by keyword as Slime passes them, on one
+    micro-batch's per-token pg_loss (the samples' response tokens concatenated): (pg_loss, the
+    loss masks as float32, metric names, their per-token values detached), checked."""
+    shape = tuple(pg_loss.shape)
+    try:
+        result = hook.function(args=_hook_runtime._args, pg_loss=pg_loss,
+                               train_log_probs=train_log_probs,
+                               rollout_log_probs=rollout_log_probs, loss_masks=loss_masks,
+                               total_lengths=total_lengths, response_lengths=response_lengths)
+    except Exception as error:
+        samples = f"{len(response_lengths)} sample" + ("" if len(response_lengths) == 1 else "s")
+        raise HookError(
+            f"{hook.name} raised on a micro-batch of {samples}:\n{_traceback(error)}"
+        ) from None
+    expected = (
+        "a TIS function returns (pg_loss, loss_masks, metrics): the per-token pg_loss it was "
+        f"given, reweighted (a floating tensor of shape {shape}), one loss mask per sample (a "
+        "tensor of shape (response_lengths[i],)) and a dict of per-token metrics"
+    )
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        got = f"{len(result)} values" if isinstance(result, (tuple, list)) else _described(result)
+        raise HookError(f"{hook.name} returned {got}: {expected}")
+    corrected, masks, metrics = result
+    if (not isinstance(corrected, torch.Tensor) or tuple(corrected.shape) != shape
+            or not corrected.is_floating_point()):
+        raise HookError(f"{hook.name} returned a pg_loss that is {_described(corrected)}: {expected}")
+    if pg_loss.requires_grad and not corrected.requires_grad:
+        raise HookError(
+            f"{hook.name} returned a pg_loss without a gradient: it must be computed from the "
+            "pg_loss it is given (pg_loss * weights), not detached"
+        )
+    if not isinstance(masks, (tuple, list)) or len(masks) != len(response_lengths):
+        got = f"{len(masks)} loss masks" if isinstance(masks, (tuple, list)) else (
+            f"loss masks that are {_described(masks)}")
+        raise HookError(f"{hook.name} returned {got} for {len(response_lengths)} samples: {expected}")
+    for index, (mask, length) in enumerate(zip(masks, response_lengths)):
+        if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (length,):
+            raise HookError(
+                f"{hook.name} returned loss_masks[{index}] that is {_described(mask)}; sample "
+                f"{index} has {length} response tokens: {expected}"
+            )
+    if not isinstance(metrics, dict):
+        raise HookError(f"{hook.name} returned metrics that are {_described(metrics)}: {expected}")
+    names, values = [], []
+    for key, value in metrics.items():
+        if not isinstance(key, str):
+            raise HookError(f"{hook.name} returned a metric named {key!r}: names are strings")
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
+            raise HookError(
+                f"{hook.name} returned metric {key!r} that is {_described(value)}: a TIS metric "
+                f"holds one value per response token of the micro-batch (shape {shape}), "
+                "averaged over the step as the built-in tis metrics are"
+            )
+        names.append(key)
+        values.append(value.detach().to(corrected.dtype))
+    return corrected, [mask.to(torch.float32) for mask in masks], names, values

@@ -350,6 +350,9 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
       {{"--custom-generate-function-path", "HOOKS/generate.py:missing"},
        "has no attribute 'missing'"},
       {{"--rollout-sample-filter-path", "lib.so:filter"}, "must name a Python function"},
+      {{"--custom-tis-function-path", "tis.py:fn"}, "it is used with --use-tis only"},
+      {{"--use-tis", "--custom-tis-function-path", "HOOKS/losses.py:missing_tis"},
+       "has no attribute 'missing_tis'"},
   };
   for (auto [flags, expected] : cases) {
     const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");

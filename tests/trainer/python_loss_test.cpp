@@ -13,6 +13,10 @@
 //   - the built-in policy loss with its pg_loss reduced by a Python function (Slime's
 //     --custom-pg-loss-reducer-function-path) that reduces as the built-in aggregation does
 //     gives the built-in's gradients too;
+//   - so does the built-in policy loss with --use-tis done by a Python TIS function (Slime's
+//     --custom-tis-function-path) that reproduces the built-in token-level clip TIS, with the
+//     built-in's per-token-mean mismatch metrics; and a TIS function that rejects tokens takes
+//     them out of pg_loss and its denominators, as a direct computation of pg_loss says;
 //   - each way a loss can be wrong, at load time and on a micro-batch, gives its message.
 #include "trainer/python_loss.h"
 
@@ -25,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -123,13 +128,26 @@ struct LossCase {
   TrainStepOptions builtin;  // the built-in loss
   std::string python;        // the Python loss that reproduces it, or else
   std::string reducer;       // the pg_loss reducer that reproduces the built-in's aggregation
+  std::string tis;           // the TIS function that reproduces the built-in's --use-tis
   size_t num_samples = 8;    // the first ones of the global batch
 };
+
+// A TIS function's metrics are per-token means: the built-in's extremes have no Python twin.
+const std::set<std::string> kTisExtremes = {"tis_max", "tis_min",
+                                            "train_rollout_logprob_abs_diff_max"};
+
+// Token-level clip TIS with bounds that clip some of global_batch()'s tokens.
+algorithms::PolicyLossOptions with_tis(algorithms::PolicyLossOptions options) {
+  options.mismatch.use_tis = true;
+  options.mismatch.tis_clip = 1.1;
+  options.mismatch.tis_clip_low = 0.9;
+  return options;
+}
 
 std::vector<LossCase> loss_cases() {
   const std::string ppo = kExamples + "/algorithms/ppo_loss.py:ppo_loss";
   const std::string cispo = kExamples + "/algorithms/cispo_loss.py:cispo_loss";
-  std::vector<LossCase> cases(8);
+  std::vector<LossCase> cases(11);
   cases[0].name = "ppo";
   cases[0].python = ppo;
   cases[1].name = "ppo dual-clip clip-higher kl entropy token-mean T=0.8";
@@ -175,6 +193,19 @@ std::vector<LossCase> loss_cases() {
   cases[7].name = "pg_loss reducer of sample sums (Dr.GRPO)";
   cases[7].reducer = reducers + "sample_sums";
   cases[7].builtin.loss_aggregation = algorithms::LossAggregation::kSequenceMeanTokenSum;
+  // The built-in policy loss with its --use-tis done in Python, Slime's way.
+  const std::string tis = kLosses + "/tis_functions.py:token_clip_tis";
+  cases[8].name = "token clip tis";
+  cases[8].tis = tis;
+  cases[8].builtin.policy_loss = with_tis({});
+  cases[9].name = "token clip tis with kl entropy token-mean";
+  cases[9].tis = tis;
+  cases[9].builtin.loss_aggregation = algorithms::LossAggregation::kTokenMean;
+  cases[9].builtin.policy_loss = with_tis(rich);
+  cases[10].name = "token clip tis one sample per micro-batch";
+  cases[10].tis = tis;
+  cases[10].builtin.policy_loss = with_tis({});
+  cases[10].num_samples = 5;
   for (size_t c = 0; c < cases.size(); ++c) {
     cases[c].builtin.packing = token_budget();
     if (cases[c].num_samples == 5) {
@@ -185,9 +216,11 @@ std::vector<LossCase> loss_cases() {
   return cases;
 }
 
-// `args` of the Python losses: the built-in's flags, as a run passes them.
+// `args` of the Python losses: the built-in's flags, as a run passes them (one flat namespace).
 nlohmann::json flags_of(const TrainStepOptions& options) {
   nlohmann::json flags = algorithms::PolicyLossOptions::fields().to_json(options.policy_loss);
+  flags.update(
+      algorithms::MismatchCorrectionOptions::fields().to_json(options.policy_loss.mismatch));
   flags["use_rollout_logprobs"] = false;
   return flags;
 }
@@ -203,6 +236,7 @@ TrainStepOptions in_python(const LossCase& loss) {
   if (!loss.python.empty()) return custom(loss.builtin, loss.python);
   TrainStepOptions options = loss.builtin;
   options.custom_pg_loss_reducer_function_path = loss.reducer;
+  options.policy_loss.mismatch.custom_tis_function_path = loss.tis;
   return options;
 }
 
@@ -234,6 +268,7 @@ void reproduce_builtin_losses(const std::shared_ptr<comm::Communicator>& world, 
     check(diff <= kTolerance, loss.name + ": gradients differ by " + std::to_string(diff));
     check(magnitude > 1e-3, loss.name + ": the gradient is too small to compare");
     for (const auto& [name, value] : want.metrics) {
+      if (!loss.tis.empty() && kTisExtremes.count(name) != 0) continue;
       const auto found = got.metrics.find(name);
       check(found != got.metrics.end(), loss.name + ": the Python loss reports no " + name);
       if (found == got.metrics.end()) continue;
@@ -242,6 +277,9 @@ void reproduce_builtin_losses(const std::shared_ptr<comm::Communicator>& world, 
                 std::to_string(value));
     }
     check(want.metrics.at("pg_clipfrac") > 0, loss.name + ": nothing was clipped");
+    if (!loss.tis.empty()) {
+      check(want.metrics.at("tis_clipfrac") > 0, loss.name + ": TIS clipped nothing");
+    }
     check(got.samples == want.samples && got.loss_tokens == want.loss_tokens,
           loss.name + ": the step counted other samples or tokens");
     if (rank == 0) {
@@ -337,6 +375,106 @@ TEST(PythonLossTest, MetricsOfTheDictAreTheSteps) {
       }));
 }
 
+// tis_functions.py's REJECT_BEYOND: reject_far_tokens rejects a token whose old and rollout
+// log-probs are further apart.
+constexpr double kRejectBeyond = 0.2;
+
+// `samples` with the tokens reject_far_tokens rejects taken out of their loss masks.
+std::vector<fsdp::PackingSample> without_far_tokens(std::vector<fsdp::PackingSample> samples) {
+  for (fsdp::PackingSample& sample : samples) {
+    const torch::Tensor far = (sample.response_values.at("old_log_probs") -
+                               sample.response_values.at("rollout_log_probs"))
+                                  .abs() > kRejectBeyond;
+    torch::Tensor mask = sample.response_mask.defined() ? sample.response_mask.clone()
+                                                        : torch::ones({sample.response_length});
+    sample.response_mask = mask.masked_fill(far, 0);
+  }
+  return samples;
+}
+
+// pg_loss by its definition, in doubles, from the current policy's `log_probs` of each sample:
+// the PPO-clip surrogate (eps_clip 0.2) summed over each sample's counted tokens, divided by
+// their number and the samples' (0 for a sample with none left), or with token-mean by
+// `step_tokens`.
+double pg_loss_of(const std::vector<fsdp::PackingSample>& samples,
+                  const std::vector<torch::Tensor>& log_probs,
+                  algorithms::LossAggregation aggregation, double step_tokens) {
+  double pg_loss = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const auto value = [&](const char* name) {
+      return samples[i].response_values.at(name).to(torch::kDouble);
+    };
+    const torch::Tensor ratio =
+        torch::exp(log_probs[i].to(torch::kDouble) - value("old_log_probs"));
+    const torch::Tensor advantages = value("advantages");
+    const torch::Tensor surrogate =
+        torch::max(-ratio * advantages, -ratio.clamp(0.8, 1.2) * advantages);
+    const torch::Tensor mask = samples[i].response_mask.to(torch::kDouble);
+    const double sum = (surrogate * mask).sum().item<double>();
+    pg_loss +=
+        aggregation == algorithms::LossAggregation::kTokenMean
+            ? sum / step_tokens
+            : sum / std::max(mask.sum().item<double>(), 1.0) / static_cast<double>(samples.size());
+  }
+  return pg_loss;
+}
+
+TEST(PythonLossTest, ATisFunctionThatRejectsTokensTakesThemOutOfPgLoss) {
+  expect_all_passed(
+      ::ooze::testing::run_forked_ranks(1, [](const ::ooze::testing::RankContext& rank) {
+        const Check& check = rank.check;
+        fsdp::FsdpTransformer plain(fsdp_test::make_model(false), nullptr);
+        fsdp::FsdpTransformer model(fsdp_test::make_model(false), nullptr);
+        const std::vector<fsdp::PackingSample> samples = global_batch();
+        const std::vector<fsdp::PackingSample> kept = without_far_tokens(samples);
+        const std::vector<torch::Tensor> log_probs =
+            compute_log_probs(model, samples, token_budget()).log_probs;
+        auto near = [](double a, double b) {
+          return std::abs(a - b) <= kTolerance * std::max(1.0, std::abs(b));
+        };
+        for (const algorithms::LossAggregation aggregation :
+             {algorithms::LossAggregation::kSequenceMeanTokenMean,
+              algorithms::LossAggregation::kTokenMean}) {
+          TrainStepOptions builtin;
+          builtin.packing = token_budget();
+          builtin.loss_aggregation = aggregation;
+          TrainStepOptions rejecting = builtin;
+          rejecting.policy_loss.mismatch.use_tis = true;
+          rejecting.policy_loss.mismatch.custom_tis_function_path =
+              kLosses + "/tis_functions.py:reject_far_tokens";
+          python::set_hook_args(flags_of(rejecting));
+          const TrainStepResult got = accumulate_gradients(model, samples, rejecting);
+          const std::string name = algorithms::loss_aggregation_name(aggregation);
+
+          // The step still counts every token of the loss masks; the rejected ones are a share
+          // of them.
+          const double rejected = got.metrics.at("rejected");
+          check(rejected > 0.1 && rejected < 0.9, name + ": rejected " + std::to_string(rejected));
+          const double want =
+              pg_loss_of(kept, log_probs, aggregation, static_cast<double>(got.loss_tokens));
+          check(near(got.metrics.at("pg_loss"), want),
+                name + ": pg_loss " + std::to_string(got.metrics.at("pg_loss")) +
+                    ", by its definition " + std::to_string(want));
+          std::printf("%s: %.3f of the tokens rejected, pg_loss %.9g, by its definition %.9g\n",
+                      name.c_str(), rejected, got.metrics.at("pg_loss"), want);
+          if (aggregation == algorithms::LossAggregation::kSequenceMeanTokenMean) {
+            // Each sample's mean is over its tokens left: the built-in loss on samples without
+            // the rejected tokens, whose step has as many samples.
+            const TrainStepResult masked = accumulate_gradients(plain, kept, builtin);
+            const auto [diff, magnitude] = gradient_difference(model.sharded(), plain.sharded());
+            check(diff <= kTolerance && magnitude > 1e-3,
+                  name + ": gradients differ from the built-in's without the rejected tokens by " +
+                      std::to_string(diff));
+            check(near(got.metrics.at("loss"), masked.metrics.at("loss")),
+                  name + ": loss " + std::to_string(got.metrics.at("loss")) + ", built-in " +
+                      std::to_string(masked.metrics.at("loss")));
+          }
+          plain.zero_grad();
+          model.zero_grad();
+        }
+      }));
+}
+
 // The message of what `path` does wrong on the first micro-batch, on a fresh model.
 std::string call_error(const std::string& path) {
   fsdp::FsdpTransformer model(fsdp_test::make_model(false), nullptr);
@@ -361,6 +499,24 @@ std::string load_error(const std::string& path) {
     return std::string("not a HookError: ") + error.what();
   }
   return "no error";
+}
+
+// The built-in policy loss with --use-tis done by the TIS function `path`.
+TrainStepOptions tis_by(const std::string& path) {
+  TrainStepOptions options;
+  options.packing = token_budget();
+  options.policy_loss.mismatch.use_tis = true;
+  options.policy_loss.mismatch.custom_tis_function_path = path;
+  return options;
+}
+
+// The message of what the TIS function `path` does wrong, loading or on the first micro-batch.
+std::string tis_error(const std::string& path) {
+  return ::ooze::testing::error_message_of<python::HookError>([&] {
+    load_python_losses(tis_by(path));
+    fsdp::FsdpTransformer model(fsdp_test::make_model(false), nullptr);
+    accumulate_gradients(model, first(global_batch(), 2), tis_by(path));
+  });
 }
 
 TEST(PythonLossTest, EachWayALossCanBeWrongIsNamed) {
@@ -414,6 +570,36 @@ TEST(PythonLossTest, EachWayALossCanBeWrongIsNamed) {
         expect(call_error(bad + "logits_as_a_tensor"),
                {"ooze never materialises the logits, so they have no 'log_softmax'",
                 "ooze.get_log_probs_and_entropy(logits, ...)"});
+
+        const std::string tis = kLosses + "/tis_functions.py:";
+        const std::string tis_flag = "--custom-tis-function-path " + tis;
+        const std::string expected =
+            "a TIS function returns (pg_loss, loss_masks, metrics): the per-token pg_loss it was "
+            "given, reweighted (a floating tensor of shape (7,)), one loss mask per sample";
+        expect(tis_error(tis + "missing"), {tis_flag + "missing: ", "has no attribute 'missing'"});
+        expect(tis_error(tis + "positional"),
+               {"ooze calls it as " + tis +
+                    "positional(args=..., pg_loss=..., train_log_probs=..., "
+                    "rollout_log_probs=..., loss_masks=..., total_lengths=..., "
+                    "response_lengths=...), but it is declared (args, pg_loss)",
+                "unexpected keyword argument 'train_log_probs'"});
+        expect(tis_error(tis + "raises"),
+               {tis_flag + "raises raised on a micro-batch of 2 samples",
+                "tis_functions.py\", line", "ValueError: no correction today"});
+        expect(tis_error(tis + "two_values"),
+               {tis_flag + "two_values returned 2 values: " + expected});
+        expect(tis_error(tis + "not_a_tensor"),
+               {tis_flag + "not_a_tensor returned a pg_loss that is a float: " + expected});
+        expect(tis_error(tis + "wrong_shape"),
+               {"returned a pg_loss that is a tensor of shape (6,) and dtype torch.float32: " +
+                expected});
+        expect(tis_error(tis + "detached"), {"returned a pg_loss without a gradient"});
+        expect(tis_error(tis + "short_mask"),
+               {"returned loss_masks[0] that is a tensor of shape (1,) and dtype torch.float32; "
+                "sample 0 has 2 response tokens"});
+        expect(tis_error(tis + "scalar_metric"),
+               {"returned metric 'mean_weight' that is a tensor of shape ()",
+                "a TIS metric holds one value per response token of the micro-batch (shape (7,))"});
       }));
 }
 
@@ -441,6 +627,18 @@ TEST(PythonLossTest, TheFlagsGoTogether) {
       TrainStepOptions::fields().from_json(TrainStepOptions::fields().to_json(options));
   EXPECT_EQ(back.loss_type, LossType::kCustomLoss);
   EXPECT_EQ(back.custom_loss_function_path, "my_loss.py:fn");
+
+  // A TIS function replaces the built-in --use-tis, and needs it.
+  ConfigSchema policy;
+  algorithms::PolicyLossOptions::fields().declare(policy);
+  EXPECT_CONTAINS(::ooze::testing::error_message_of<ConfigError>([&] {
+                    load_config(policy, "", {"--custom-tis-function-path", "tis.py:fn"});
+                  }),
+                  "--custom-tis-function-path tis.py:fn replaces the built-in TIS: it is used "
+                  "with --use-tis only");
+  const algorithms::PolicyLossOptions with_tis = algorithms::PolicyLossOptions::fields().read(
+      load_config(policy, "", {"--use-tis", "--custom-tis-function-path", "tis.py:fn"}));
+  EXPECT_EQ(with_tis.mismatch.custom_tis_function_path, "tis.py:fn");
 }
 
 }  // namespace python_loss_test
