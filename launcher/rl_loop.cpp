@@ -85,12 +85,14 @@ nlohmann::json read_rollout_state(const std::string& dir, int64_t iteration) {
 
 RlLoop::RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData& data,
                std::optional<rollout::RewardModel>& rewards, const rollout::RolloutHooks& hooks,
-               RlProcesses& job, const trainer::TrainerOptions& trainer, std::ostream& out)
+               const TrainDataHooks& train_data, RlProcesses& job,
+               const trainer::TrainerOptions& trainer, std::ostream& out)
     : config_(config),
       plan_(plan),
       data_(data),
       rewards_(rewards),
       hooks_(hooks),
+      train_data_(train_data),
       job_(job),
       trainer_(trainer),
       algorithm_(algorithms::AlgorithmOptions::from_config(config)),
@@ -259,12 +261,9 @@ void RlLoop::learn(int64_t rollout_id, GeneratedRollout generated, double train_
       actors::get_all(job_.trainers.call_all(&trainer::TrainActor::wake_up));
       line["perf/wake_up_time"] = seconds_since(start);
     }
-    RolloutBatch batch = rollout_batch(result.groups, config_.get<std::string>("reward_key"));
-    if (std::optional<std::vector<double>> rewards = hooks_.post_process_rewards(result.groups)) {
-      batch.rewards = std::move(*rewards);
-      batch.rewards_are_final = true;
-    }
+    RolloutBatch batch = batch_of(result.groups);
     score(batch, line);
+    train_data_.postprocess(rollout_id, batch);
     train(rollout_id, batch, line);
     if (plan_.with_engines()) {
       // Both resident for the sync; then the trainer leaves the GPU to the engines.
@@ -317,6 +316,23 @@ rollout::RolloutResult RlLoop::generate(int64_t rollout_id) {
   return result;
 }
 
+// The rollout as the trainer takes it: the user's train data
+// (--custom-convert-samples-to-train-data-path), or the samples themselves with the rewards of
+// --custom-reward-post-process-path when it is given.
+RolloutBatch RlLoop::batch_of(const std::vector<std::vector<rollout::Sample>>& groups) const {
+  if (train_data_.converts_samples()) {
+    const bool needs_rollout_log_probs =
+        plan_.use_rollout_logprobs || algorithm_.policy_loss.mismatch.needs_rollout_log_probs();
+    return train_data_.convert_samples(groups, needs_rollout_log_probs);
+  }
+  RolloutBatch batch = rollout_batch(groups, config_.get<std::string>("reward_key"));
+  if (std::optional<std::vector<double>> rewards = hooks_.post_process_rewards(groups)) {
+    batch.rewards = std::move(*rewards);
+    batch.rewards_are_final = true;
+  }
+  return batch;
+}
+
 void RlLoop::score(RolloutBatch& batch, MetricLine& line) {
   if (trainer_.step.loss_type == trainer::LossType::kSftLoss) return;  // nothing to compare against
   const trainer::TrainBatch everything{batch.samples};
@@ -327,7 +343,9 @@ void RlLoop::score(RolloutBatch& batch, MetricLine& line) {
                 : trainer::log_probs(job_.trainers, everything, trainer_.step.packing,
                                      trainer_.step.temperature));
   line["perf/log_probs_time"] = seconds_since(start);
-  line["train/train_rollout_logprob_abs_diff"] = logprob_abs_diff(batch);
+  if (batch.has("rollout_log_probs")) {  // a converted batch may have none
+    line["train/train_rollout_logprob_abs_diff"] = logprob_abs_diff(batch);
+  }
   if (plan_.needs_reference) {
     start = Clock::now();
     batch.set("ref_log_probs",

@@ -3,7 +3,8 @@
 //   1. generate   the rollout manager over the engines (or the sft rollout, or saved samples);
 //   2. score      old log-probs recomputed by the trainer (the engines' with
 //                 --use-rollout-logprobs), reference log-probs when a KL needs them;
-//   3. advantages over the whole rollout (launcher/rollout_batch.h);
+//   3. advantages over the whole rollout (launcher/rollout_batch.h), of the user's train data
+//                 when a Python hook makes it or changes it (launcher/train_data_hooks.h);
 //   4. train      --global-batch-size samples per optimizer step, dealt over the trainer ranks;
 //   5. sync       the new weights to every engine as version rollout_id + 1;
 //   6. report     a line of Slime's metrics (launcher/run_log.h);
@@ -38,6 +39,7 @@
 #include "launcher/rl_placement.h"
 #include "launcher/rollout_batch.h"
 #include "launcher/run_log.h"
+#include "launcher/train_data_hooks.h"
 #include "launcher/train_plan.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
@@ -54,7 +56,8 @@ class RlLoop {
  public:
   RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData& data,
          std::optional<rollout::RewardModel>& rewards, const rollout::RolloutHooks& hooks,
-         RlProcesses& job, const trainer::TrainerOptions& trainer, std::ostream& out);
+         const TrainDataHooks& train_data, RlProcesses& job, const trainer::TrainerOptions& trainer,
+         std::ostream& out);
   ~RlLoop();
 
   // --load, the rollouts from there to --num-rollout, the last evaluation, --save-hf.
@@ -66,6 +69,7 @@ class RlLoop {
   void learn(int64_t rollout_id, GeneratedRollout generated, double train_wait,
              std::chrono::steady_clock::time_point step_start);
   rollout::RolloutResult generate(int64_t rollout_id);
+  RolloutBatch batch_of(const std::vector<std::vector<rollout::Sample>>& groups) const;
   void score(RolloutBatch& batch, MetricLine& line);
   void train(int64_t rollout_id, const RolloutBatch& batch, MetricLine& line);
   void sync(int64_t version, MetricLine& line);
@@ -81,6 +85,7 @@ class RlLoop {
   const ExperimentData& data_;
   std::optional<rollout::RewardModel>& rewards_;
   const rollout::RolloutHooks& hooks_;
+  const TrainDataHooks& train_data_;
   RlProcesses& job_;
   const trainer::TrainerOptions& trainer_;
   const algorithms::AlgorithmOptions algorithm_;

@@ -1,5 +1,6 @@
 #include "launcher/rollout_batch.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "algorithms/advantage_whitening.h"
@@ -68,6 +69,13 @@ std::vector<at::Tensor> RolloutBatch::get(const std::string& name) const {
   return values;
 }
 
+bool RolloutBatch::has(const std::string& name) const {
+  return !samples.empty() &&
+         std::all_of(samples.begin(), samples.end(), [&](const fsdp::PackingSample& sample) {
+           return sample.response_values.count(name) != 0;
+         });
+}
+
 std::vector<trainer::TrainBatch> RolloutBatch::global_batches(int64_t size) const {
   const int64_t total = static_cast<int64_t>(rollout_sizes.size());
   if (size <= 0 || total % size != 0) {
@@ -85,24 +93,29 @@ std::vector<trainer::TrainBatch> RolloutBatch::global_batches(int64_t size) cons
   return batches;
 }
 
+std::vector<int64_t> rollout_sizes_of(const std::vector<rollout::Sample>& group) {
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const bool continues =
+        i > 0 && !group[i].rollout_id.is_null() && group[i].rollout_id == group[i - 1].rollout_id;
+    if (continues) {
+      ++sizes.back();
+    } else {
+      sizes.push_back(1);
+    }
+  }
+  return sizes;
+}
+
 RolloutBatch rollout_batch(const std::vector<std::vector<rollout::Sample>>& groups,
                            const std::string& reward_key) {
   RolloutBatch batch;
   if (groups.empty()) return batch;
   for (size_t g = 0; g < groups.size(); ++g) {
     const std::vector<rollout::Sample>& group = groups[g];
-    // Consecutive samples sharing a rollout_id are one rollout.
-    int64_t rollouts = 0;
-    for (size_t i = 0; i < group.size(); ++i) {
-      const bool continues =
-          i > 0 && !group[i].rollout_id.is_null() && group[i].rollout_id == group[i - 1].rollout_id;
-      if (continues) {
-        ++batch.rollout_sizes.back();
-      } else {
-        batch.rollout_sizes.push_back(1);
-        ++rollouts;
-      }
-    }
+    const std::vector<int64_t> sizes = rollout_sizes_of(group);
+    batch.rollout_sizes.insert(batch.rollout_sizes.end(), sizes.begin(), sizes.end());
+    const auto rollouts = static_cast<int64_t>(sizes.size());
     if (g == 0) batch.group_size = rollouts;
     if (rollouts != batch.group_size) {
       throw Error("a rollout's groups must be of one size: group " +

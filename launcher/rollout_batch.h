@@ -47,6 +47,9 @@ struct RolloutBatch {
   void set(const std::string& name, const std::vector<at::Tensor>& values);
   // Every sample's per-token `name`, in order. Throws ooze::Error when it was never set.
   std::vector<at::Tensor> get(const std::string& name) const;
+  // Whether every sample has a per-token `name` (a converted batch may have no
+  // "rollout_log_probs").
+  bool has(const std::string& name) const;
   // Whether some rollout was split into several samples.
   bool has_split_rollouts() const { return rollout_sizes.size() != samples.size(); }
   // The samples of the whole batch as the trainer takes them, the samples of `size` rollouts at
@@ -54,6 +57,10 @@ struct RolloutBatch {
   // divides the batch's rollouts.
   std::vector<trainer::TrainBatch> global_batches(int64_t size) const;
 };
+
+// The number of samples of each rollout of `group`, in order: consecutive samples sharing a
+// rollout_id are one rollout, any other sample is one of its own.
+std::vector<int64_t> rollout_sizes_of(const std::vector<rollout::Sample>& group);
 
 // The kept groups of a rollout (rollout::RolloutResult::groups), every group of as many rollouts
 // and every sample scored. Throws ooze::Error naming the sample that has no scalar reward (with

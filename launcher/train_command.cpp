@@ -11,6 +11,7 @@
 #include "launcher/job_restarts.h"
 #include "launcher/rl_loop.h"
 #include "launcher/rl_placement.h"
+#include "launcher/train_data_hooks.h"
 #include "launcher/train_plan.h"
 #include "python/hook_args.h"
 #include "rollout/reward_model.h"
@@ -42,13 +43,14 @@ void run_job(const Config& config, const TrainPlan& plan, const ExperimentData& 
     rollout::RolloutFunctions::load(rollout::RolloutOptions::fields().read(config), *rewards);
   }
   const rollout::RolloutHooks hooks(rollout::RolloutHookOptions::fields().read(config));
+  const TrainDataHooks train_data(TrainDataHookOptions::fields().read(config));
   const trainer::TrainInit init = policy_init(config, plan);
   // A Python loss that cannot load is refused here, not by every trainer rank once started.
   if (plan.with_trainers) trainer::load_python_losses(init.options.step);
   config.save_effective_config(config.get<std::string>("output_dir"));
   RuntimeGuard runtime;
   RlProcesses job = start_rl_processes(config, plan, init);
-  RlLoop(config, plan, data, rewards, hooks, job, init.options, out).run();
+  RlLoop(config, plan, data, rewards, hooks, train_data, job, init.options, out).run();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "launcher/engine_supervisor.h"
+#include "launcher/train_data_hooks.h"
 #include "models/model_config.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
@@ -109,6 +110,7 @@ ConfigSchema build_train_schema() {
   rollout::add_prompt_data_fields(schema);
   rollout::RolloutOptions::fields().declare(schema);
   rollout::RolloutHookOptions::fields().declare(schema);
+  TrainDataHookOptions::fields().declare(schema);
   rollout::RewardOptions::fields().declare(schema);
   rollout::add_eval_fields(schema);
   algorithms::add_algorithm_fields(schema);

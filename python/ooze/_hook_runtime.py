@@ -598,3 +598,50 @@ def log_eval_rollout(hook: Hook, request: dict) -> bool:
     except Exception as error:
         raise _raised(hook, f"the evaluation before rollout {request['rollout_id']}", error) from None
     return bool(skip)
+
+
+# --- train data ------------------------------------------------------------------------------
+
+# The keys of Slime's train data that ooze reads (launcher/python_train_data.h); others are left
+# in Python, so a converter may return keys ooze has no use for (and values JSON cannot carry).
+_TRAIN_DATA_KEYS = ("tokens", "response_lengths", "rewards", "loss_masks", "rollout_log_probs",
+                    "raw_reward", "truncated", "sample_indices")
+
+
+def _as_list(value):
+    """A tensor or an array as a list, so that a converter may return either."""
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def convert_samples_to_train_data(hook: Hook, groups: list) -> dict:
+    """`hook(args, samples) -> dict` on the rollout's groups of Samples: the train data, with
+    tensors and arrays (the whole value, or each sample's) as lists."""
+    samples = [[from_ooze(record) for record in group] for group in groups]
+    try:
+        data = hook.function(_args, samples)
+    except Exception as error:
+        raise _raised(hook, f"a rollout of {len(samples)} groups", error) from None
+    if not isinstance(data, dict):
+        raise HookError(f"{hook.name} returned a {type(data).__name__}; expected a dict of train "
+                        "data with Slime's keys (tokens, response_lengths, rewards, loss_masks, "
+                        "...), one entry per sample each")
+    train_data = {}
+    for key in _TRAIN_DATA_KEYS:
+        if key in data:
+            value = _as_list(data[key])
+            if isinstance(value, (list, tuple)):
+                value = [_as_list(item) for item in value]
+            train_data[key] = value
+    return train_data
+
+
+def postprocess_rollout_data(hook: Hook, rollout_id: int, rollout_data: dict) -> None:
+    """`hook(args)` (Slime's) or `hook(args, rollout_id, rollout_data)`, which may change the
+    rollout data's tensors in place."""
+    try:
+        if len(hook.parameters) == 1:
+            hook.function(_args)
+        else:
+            hook.function(_args, rollout_id, rollout_data)
+    except Exception as error:
+        raise _raised(hook, f"rollout {rollout_id}", error) from None

@@ -3,6 +3,7 @@
 // resumes from it with a reward that works. The hook is tests/python/hooks/rewards.py.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -105,6 +106,50 @@ TEST(PythonHookTrainTest, RolloutHooksSeeEachRolloutAndShapeWhatTrains) {
       for (int value : mask) EXPECT_EQ(value, removed ? 0 : 1) << sample.dump();
     }
   }
+}
+
+// The train data the trainer takes is the conversion's (its rewards reach the postprocess
+// function), and the postprocess function's in-place changes are what trains: rollout 1's
+// advantages are all 0, so its pg_loss is 0, while rollout 0's is not.
+TEST(PythonHookTrainTest, TrainDataHooksMakeAndChangeWhatTrains) {
+  if (!std::filesystem::exists(::ooze::testing::ooze_binary())) GTEST_SKIP() << "no ooze binary";
+  const std::string hooks = std::string(OOZE_TEST_HOOKS_DIR) + "/train_data.py:";
+  const std::string dir = ::ooze::testing::make_temp_dir("python-train-data-hooks");
+  Process run(::ooze::testing::tiny_train_command(
+                  dir, {"--num-rollout", "2", "--custom-convert-samples-to-train-data-path",
+                        hooks + "logged_conversion", "--rollout-data-postprocess-path",
+                        hooks + "zero_advantages_in_odd_rollouts"}),
+              {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
+  const ::ooze::testing::ExitStatus status = run.wait(120s);
+  ASSERT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << run.output();
+
+  const std::vector<nlohmann::json> converted =
+      ::ooze::testing::read_json_lines(dir + "/out/converted.jsonl");
+  const std::vector<nlohmann::json> postprocessed =
+      ::ooze::testing::read_json_lines(dir + "/out/rollout_data.jsonl");
+  ASSERT_EQ(converted.size(), 2u);
+  ASSERT_EQ(postprocessed.size(), 2u);
+  for (int64_t rollout = 0; rollout < 2; ++rollout) {
+    EXPECT_EQ(converted[rollout]["samples"], 8);
+    EXPECT_EQ(postprocessed[rollout]["rollout_id"], rollout);
+    EXPECT_EQ(postprocessed[rollout]["rewards"], converted[rollout]["rewards"]);
+    EXPECT_EQ(postprocessed[rollout]["keys"],
+              nlohmann::json({"advantages", "log_probs", "loss_masks", "returns", "rewards",
+                              "rollout_log_probs", "tokens"}));
+  }
+  int64_t steps = 0;
+  for (const nlohmann::json& line : ::ooze::testing::read_json_lines(dir + "/out/metrics.jsonl")) {
+    if (!line.contains("train/pg_loss")) continue;
+    ++steps;
+    const double pg_loss = line["train/pg_loss"].get<double>();
+    if (line["step"] == 1) {
+      EXPECT_EQ(pg_loss, 0.0) << line.dump();
+    } else {
+      EXPECT_NE(pg_loss, 0.0) << line.dump();
+      EXPECT_TRUE(std::isfinite(line["train/grad_norm"].get<double>())) << line.dump();
+    }
+  }
+  EXPECT_EQ(steps, 4);  // 2 rollouts of 8 samples, 4 a step
 }
 
 TEST(PythonHookTrainTest, ARolloutHookThatAnswersWronglyStopsTheRun) {

@@ -353,6 +353,10 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
       {{"--custom-tis-function-path", "tis.py:fn"}, "it is used with --use-tis only"},
       {{"--use-tis", "--custom-tis-function-path", "HOOKS/losses.py:missing_tis"},
        "has no attribute 'missing_tis'"},
+      {{"--custom-convert-samples-to-train-data-path", "HOOKS/train_data.py:count_calls"},
+       "train_data.py:count_calls(args, samples), but it is declared (args)"},
+      {{"--rollout-data-postprocess-path", "HOOKS/train_data.py:two_arguments"},
+       "train_data.py:two_arguments(args), but it is declared (args, rollout_id)"},
   };
   for (auto [flags, expected] : cases) {
     const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");
