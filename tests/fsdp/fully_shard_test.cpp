@@ -124,11 +124,15 @@ TEST_F(FsdpSingleRank, Bf16ComputeKeepsFp32MastersAndTracksFp32Training) {
     EXPECT_FALSE(ooze::fsdp::storage_is_allocated(flat.unsharded_buffer())) << flat.name();
   }
   EXPECT_EQ(fsdp.model()->dtype(), torch::kBFloat16);
-  // The masters moved like fp32 training's weights, to bf16-compute accuracy.
+  // The masters moved like fp32 training's weights, to bf16-compute accuracy. Adam moves a
+  // weight by about lr a step whatever its gradient's size, so where bf16 flips the sign of a
+  // near-zero gradient two runs may part by up to 2 lr a step: bound the worst weight by that
+  // and require the typical one to track closely.
   const auto full = gather_full_parameters(fsdp.sharded());
   for (const auto& item : plain->named_parameters()) {
-    const double diff = (full.at(item.key()) - item.value().detach()).abs().max().item<double>();
-    EXPECT_LT(diff, 5e-3) << item.key();
+    const torch::Tensor diff = (full.at(item.key()) - item.value().detach()).abs();
+    EXPECT_LE(diff.max().item<double>(), 2 * settings.steps * settings.lr * 1.01) << item.key();
+    EXPECT_LT(diff.mean().item<double>(), 2e-4) << item.key();
   }
 }
 

@@ -162,7 +162,10 @@ TEST_F(PythonRolloutFunctionTest, TheAllSamplesHookSeesTheGroupsDynamicSamplingD
   RolloutManager manager(with_hook, source, engines_->router(), engines_->tokenizer(), rewards);
   const RolloutResult result = manager.generate(0);
   EXPECT_EQ(result.metrics.at("rollout/dynamic_filter/kept_groups"), 2.0);
-  // Every group finished (the last kept one was the fourth): two kept, two dropped, all seen.
+  const auto dropped =
+      static_cast<size_t>(result.metrics.at("rollout/dynamic_filter/dropped_groups"));
+  // Groups 1 and 3 are kept; the even ones that finished before them were dropped and are seen
+  // too (those still running when the second was kept are left over, not finished).
   std::ifstream in(record);
   std::string line;
   std::vector<int64_t> seen;
@@ -171,8 +174,10 @@ TEST_F(PythonRolloutFunctionTest, TheAllSamplesHookSeesTheGroupsDynamicSamplingD
     seen.push_back(group.at("group_index").get<int64_t>());
     for (const json& reward : group.at("rewards")) EXPECT_TRUE(reward.is_number());
   }
-  std::sort(seen.begin(), seen.end());
-  EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(seen.size(), 2 + dropped);
+  int64_t odd = 0;
+  for (int64_t group_index : seen) odd += group_index % 2;
+  EXPECT_EQ(odd, 2);
 }
 
 TEST_F(PythonRolloutFunctionTest, AFunctionThatRaisesOrReturnsTextStopsTheRollout) {
