@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/launcher/made_samples.h"
 #include "tests/support/expect_error.h"
 
 namespace ooze::launcher {
@@ -15,26 +16,7 @@ namespace rollout_batch_test {
 
 using ooze::testing::error_message_of;
 
-// Sample `index` of group `group`: 3 prompt tokens, `response` response tokens whose last one
-// is tool output (loss mask 0) when `with_tool_token`.
-rollout::Sample make_sample(int64_t group, int64_t index, int64_t response, double reward,
-                            bool with_tool_token = false) {
-  rollout::Sample sample;
-  sample.group_index = group;
-  sample.index = index;
-  sample.tokens = {1, 2, 3};
-  for (int64_t t = 0; t < response; ++t) {
-    sample.tokens.push_back(10 + index + t);
-    const bool tool = with_tool_token && t == response - 1;
-    sample.loss_mask.push_back(tool ? 0 : 1);
-    sample.rollout_log_probs.push_back(tool ? 0.0f : -0.1f * static_cast<float>(t + 1));
-    sample.weight_versions.push_back(tool ? -1 : 3);
-  }
-  sample.response_length = response;
-  sample.reward = reward;
-  sample.status = rollout::Sample::Status::kCompleted;
-  return sample;
-}
+using ::ooze::testing::make_sample;
 
 // Two groups of three: rewards {1, 0, 0} and {1, 1, 0}; response lengths 2..4.
 std::vector<std::vector<rollout::Sample>> two_groups() {
