@@ -149,14 +149,17 @@ ChatTemplate ChatTemplate::detect(const std::string& jinja, const std::string& s
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
-                                 bool add_generation_prompt, bool enable_thinking) const {
+                                 bool add_generation_prompt, bool enable_thinking,
+                                 const ChatTools& tools) const {
   check_roles(messages);
   if (style_ == Style::kLlama3) return render_llama3(messages, add_generation_prompt);
-  return render_chatml(messages, add_generation_prompt, enable_thinking);
+  return render_chatml(messages, add_generation_prompt, enable_thinking, tools);
 }
 
 std::string ChatTemplate::render_chatml(const std::vector<ChatMessage>& messages,
-                                        bool add_generation_prompt, bool enable_thinking) const {
+                                        bool add_generation_prompt, bool enable_thinking,
+                                        const ChatTools& tools) const {
+  (void)tools;  // TODO(tools)
   std::string out;
   auto turn = [&](const std::string& role, const std::string& content) {
     out += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";

@@ -12,10 +12,22 @@
 //   "llama3"  BOS, then <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> per message
 //             with the content trimmed of surrounding whitespace (Llama 3 / 3-Instruct).
 //
-// Not supported: tools and tool calls (role "tool", tool_calls), multimodal content, documents,
-// and Llama 3.1+ templates (their system header carries tool and date lines).
+// Tools (the OpenAI API's `tools`, assistant `tool_calls` and role "tool" messages) render as
+// the Qwen2.5 / Qwen3 templates (Hermes syntax) write them, for "chatml" and "qwen3":
+//   - the tool definitions, one `tojson` line each inside <tools></tools>, in a system message
+//     that starts with the conversation's own system message;
+//   - an assistant's calls as <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call> after
+//     its content; Qwen3 writes arguments given as a string as they are, Qwen2.5 (chatml) writes
+//     them through `tojson`;
+//   - consecutive "tool" messages as one user turn of <tool_response>\nCONTENT\n</tool_response>.
+// `tojson` is Python's json.dumps (", " and ": " separators, non-ASCII kept), with object keys in
+// the order the JSON value holds them.
+//
+// Not supported: tools with "llama3" (Llama 3 Instruct has no tool syntax), multimodal content,
+// documents, and Llama 3.1+ templates (their system header carries tool and date lines).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,12 +37,25 @@ namespace models {
 
 class Tokenizer;
 
+// One call an assistant message makes: the OpenAI API's tool_calls[i].function.
+struct ToolCall {
+  std::string name;
+  // The arguments object as JSON text, as the model wrote it (the OpenAI API's
+  // function.arguments string).
+  std::string arguments;
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
   // Qwen3: the assistant's reasoning, when kept apart from `content`.
   std::optional<std::string> reasoning_content;
+  std::vector<ToolCall> tool_calls;  // an assistant's calls, in order
 };
+
+// The tool definitions of a conversation (the OpenAI API's `tools` list), each rendered with
+// `tojson`: keys in the order the value holds them.
+using ChatTools = std::vector<nlohmann::ordered_json>;
 
 class ChatTemplate {
  public:
@@ -44,9 +69,12 @@ class ChatTemplate {
   static ChatTemplate detect(const std::string& jinja, const std::string& source,
                              const std::string& bos_token = "");
 
-  // Renders the conversation. Throws Error for a role other than system/user/assistant.
+  // Renders the conversation. Throws Error for a role other than system/user/assistant/tool,
+  // and for tools, tool calls or tool messages with "llama3".
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                     bool enable_thinking = true) const;
+                     bool enable_thinking = true, const ChatTools& tools = {}) const;
+  // Whether the template renders tools (and so the model may answer with tool calls).
+  bool supports_tools() const { return style_ != Style::kLlama3; }
 
   Style style() const { return style_; }
   const std::string& name() const { return name_; }
@@ -56,7 +84,7 @@ class ChatTemplate {
  private:
   ChatTemplate(Style style, std::string name) : style_(style), name_(std::move(name)) {}
   std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                            bool enable_thinking) const;
+                            bool enable_thinking, const ChatTools& tools) const;
   std::string render_llama3(const std::vector<ChatMessage>& messages,
                             bool add_generation_prompt) const;
 
