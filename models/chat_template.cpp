@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "models/python_json.h"
 #include "models/tokenizer.h"
 #include "models/unicode_utils.h"
 
@@ -9,33 +10,6 @@ namespace ooze {
 namespace models {
 
 namespace {
-
-// Python's str.isspace(), which Jinja's `trim` filter (str.strip()) uses.
-bool is_python_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
-}
-
-// Jinja's `trim`: Python's str.strip() with no argument.
-std::string python_strip(const std::string& text) {
-  size_t begin = 0;
-  size_t end = text.size();
-  char32_t cp;
-  size_t length;
-  while (begin < end && decode_utf8(text, begin, &cp, &length) && is_python_space(cp)) {
-    begin += length;
-  }
-  while (end > begin) {
-    size_t start = end - 1;
-    while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
-    if (!decode_utf8(text, start, &cp, &length) || start + length != end || !is_python_space(cp)) {
-      break;
-    }
-    end = start;
-  }
-  return text.substr(begin, end - begin);
-}
 
 std::string lstrip_newlines(const std::string& text) {
   const size_t begin = text.find_first_not_of('\n');
@@ -55,15 +29,62 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-void check_roles(const std::vector<ChatMessage>& messages) {
+// Roles and tool data the style can render; the templates themselves skip what they do not
+// know, which would hide a caller's mistake.
+void check_messages(const std::vector<ChatMessage>& messages, ChatTemplate::Style style,
+                    const ChatTools& tools) {
+  const bool llama3 = style == ChatTemplate::Style::kLlama3;
+  if (llama3 && !tools.empty()) {
+    throw Error(
+        "tools were given, but the llama3 chat template has no tool syntax (Llama 3 "
+        "Instruct); use a chatml or qwen3 model for tool calls");
+  }
   for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string& role = messages[i].role;
-    if (role != "system" && role != "user" && role != "assistant") {
-      throw Error("chat message " + std::to_string(i) + " has role '" + role +
-                  "'; ooze's chat templates support system, user and assistant (tools are not "
-                  "supported)");
+    const ChatMessage& message = messages[i];
+    const std::string where = "chat message " + std::to_string(i);
+    if (message.role == "tool" && llama3) {
+      throw Error(where +
+                  " has role 'tool', but the llama3 chat template has no tool syntax; "
+                  "use a chatml or qwen3 model for tool calls");
+    }
+    if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+        message.role != "tool") {
+      throw Error(where + " has role '" + message.role +
+                  "'; ooze's chat templates support system, user, assistant and tool (tool "
+                  "results; not with llama3)");
+    }
+    if (!message.tool_calls.empty()) {
+      if (llama3) {
+        throw Error(where +
+                    " has tool calls, but the llama3 chat template has no tool syntax; "
+                    "use a chatml or qwen3 model for tool calls");
+      }
+      if (message.role != "assistant") {
+        throw Error(where + " has role '" + message.role +
+                    "' and tool calls; only assistant messages make tool calls");
+      }
     }
   }
+}
+
+// One call as both templates write it; the arguments text is what goes after "arguments": .
+void append_tool_call(std::string& out, const std::string& name, const std::string& arguments) {
+  out +=
+      "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + arguments + "}\n</tool_call>";
+}
+
+// Qwen2.5 (chatml) writes arguments through `tojson`, and SGLang parses the OpenAI API's
+// arguments string before rendering: the text is parsed (keeping its key order) and written again.
+std::string chatml_tool_arguments(const ToolCall& call, size_t message, size_t index) {
+  nlohmann::ordered_json parsed;
+  try {
+    parsed = nlohmann::ordered_json::parse(call.arguments);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("chat message " + std::to_string(message) + ", tool call " + std::to_string(index) +
+                " ('" + call.name + "'): arguments are not JSON (" + e.what() + "): " +
+                abbreviated(call.arguments) + "; the chatml template writes them as a JSON value");
+  }
+  return python_json_dumps(parsed);
 }
 
 // Undoes the escapes of a Jinja string literal (\n, \t, \\, \', \").
@@ -151,7 +172,7 @@ ChatTemplate ChatTemplate::detect(const std::string& jinja, const std::string& s
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt, bool enable_thinking,
                                  const ChatTools& tools) const {
-  check_roles(messages);
+  check_messages(messages, style_, tools);
   if (style_ == Style::kLlama3) return render_llama3(messages, add_generation_prompt);
   return render_chatml(messages, add_generation_prompt, enable_thinking, tools);
 }
@@ -159,23 +180,39 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
 std::string ChatTemplate::render_chatml(const std::vector<ChatMessage>& messages,
                                         bool add_generation_prompt, bool enable_thinking,
                                         const ChatTools& tools) const {
-  (void)tools;  // TODO(tools)
+  const bool qwen3 = style_ == Style::kQwen3;
+  const int count = static_cast<int>(messages.size());
   std::string out;
   auto turn = [&](const std::string& role, const std::string& content) {
     out += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
   };
-  if (style_ == Style::kChatML) {
-    if (!default_system_prompt_.empty() && (messages.empty() || messages[0].role != "system")) {
-      turn("system", default_system_prompt_);
+
+  // The first system message: inside the tools block when there are tools, else a turn (or
+  // Qwen2.5's default one). Later system messages are ordinary turns.
+  const bool first_is_system = count > 0 && messages[0].role == "system";
+  if (!tools.empty()) {
+    out += "<|im_start|>system\n";
+    if (first_is_system) {
+      out += messages[0].content + "\n\n";
+    } else if (!qwen3 && !default_system_prompt_.empty()) {
+      out += default_system_prompt_ + "\n\n";
     }
-    for (const ChatMessage& message : messages) turn(message.role, message.content);
-    if (add_generation_prompt) out += "<|im_start|>assistant\n";
-    return out;
+    out +=
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+    for (const nlohmann::ordered_json& tool : tools) out += "\n" + python_json_dumps(tool);
+    out +=
+        "\n</tools>\n\nFor each function call, return a json object with function name and "
+        "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+        "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+  } else if (first_is_system) {
+    turn("system", messages[0].content);
+  } else if (!qwen3 && !default_system_prompt_.empty()) {
+    turn("system", default_system_prompt_);
   }
 
-  // Qwen3. The last "query" is the last user message that is not a wrapped tool response;
-  // only assistant turns after it keep their reasoning.
-  const int count = static_cast<int>(messages.size());
+  // Qwen3: the last "query" is the last user message that is not a wrapped tool response; only
+  // assistant turns after it keep their reasoning.
   int last_query = count - 1;
   for (int i = count - 1; i >= 0; --i) {
     const std::string& content = messages[i].content;
@@ -185,13 +222,37 @@ std::string ChatTemplate::render_chatml(const std::vector<ChatMessage>& messages
       break;
     }
   }
+
   for (int i = 0; i < count; ++i) {
     const ChatMessage& message = messages[i];
     if (message.role == "user" || message.role == "system") {
-      turn(message.role, message.content);
+      if (i > 0 || message.role == "user") turn(message.role, message.content);
       continue;
     }
-    // An assistant turn: split off the reasoning unless it came separately.
+    if (message.role == "tool") {
+      // Consecutive tool results share one user turn.
+      if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+      out += "\n<tool_response>\n" + message.content + "\n</tool_response>";
+      if (i == count - 1 || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+      continue;
+    }
+    if (!qwen3) {
+      // Qwen2.5: calls follow the content on new lines; no newline after the role without content.
+      if (message.tool_calls.empty()) {
+        turn("assistant", message.content);
+        continue;
+      }
+      out += "<|im_start|>assistant";
+      if (!message.content.empty()) out += "\n" + message.content;
+      for (size_t j = 0; j < message.tool_calls.size(); ++j) {
+        const ToolCall& call = message.tool_calls[j];
+        out += "\n";
+        append_tool_call(out, call.name, chatml_tool_arguments(call, i, j));
+      }
+      out += "<|im_end|>\n";
+      continue;
+    }
+    // A Qwen3 assistant turn: split off the reasoning unless it came separately.
     std::string content = message.content;
     std::string reasoning;
     if (message.reasoning_content) {
@@ -211,11 +272,17 @@ std::string ChatTemplate::render_chatml(const std::vector<ChatMessage>& messages
     } else {
       out += content;
     }
+    // Arguments as the model wrote them. The newline before the first call depends on the
+    // content before any newline trimming, as the template's `(loop.first and content)` does.
+    for (size_t j = 0; j < message.tool_calls.size(); ++j) {
+      if (j > 0 || !content.empty()) out += "\n";
+      append_tool_call(out, message.tool_calls[j].name, message.tool_calls[j].arguments);
+    }
     out += "<|im_end|>\n";
   }
   if (add_generation_prompt) {
     out += "<|im_start|>assistant\n";
-    if (!enable_thinking) out += "<think>\n\n</think>\n\n";
+    if (qwen3 && !enable_thinking) out += "<think>\n\n</think>\n\n";
   }
   return out;
 }

@@ -15,13 +15,18 @@
 // Tools (the OpenAI API's `tools`, assistant `tool_calls` and role "tool" messages) render as
 // the Qwen2.5 / Qwen3 templates (Hermes syntax) write them, for "chatml" and "qwen3":
 //   - the tool definitions, one `tojson` line each inside <tools></tools>, in a system message
-//     that starts with the conversation's own system message;
+//     that starts with the conversation's own system message and a blank line (chatml: else the
+//     default system message, as Qwen2.5 does; with neither it starts at "# Tools");
 //   - an assistant's calls as <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call> after
-//     its content; Qwen3 writes arguments given as a string as they are, Qwen2.5 (chatml) writes
-//     them through `tojson`;
-//   - consecutive "tool" messages as one user turn of <tool_response>\nCONTENT\n</tool_response>.
-// `tojson` is Python's json.dumps (", " and ": " separators, non-ASCII kept), with object keys in
-// the order the JSON value holds them.
+//     its content. Qwen3 writes the arguments text as it is (the template writes a string
+//     argument unchanged) and puts a newline before the first call only when the content is not
+//     empty; chatml (Qwen2.5) parses the arguments and writes them through `tojson` (SGLang parses
+//     the OpenAI API's arguments string before rendering), puts a newline before every call, and
+//     writes no newline after the role when the content is empty;
+//   - consecutive "tool" messages as one user turn of \n<tool_response>\nCONTENT\n</tool_response>
+//     each; Qwen3 does not count a user message that is a wrapped tool response as a query.
+// `tojson` is Python's json.dumps (", " and ": " separators, non-ASCII kept; models/python_json.h),
+// with object keys in the order the JSON value holds them.
 //
 // Not supported: tools with "llama3" (Llama 3 Instruct has no tool syntax), multimodal content,
 // documents, and Llama 3.1+ templates (their system header carries tool and date lines).
@@ -70,7 +75,8 @@ class ChatTemplate {
                              const std::string& bos_token = "");
 
   // Renders the conversation. Throws Error for a role other than system/user/assistant/tool,
-  // and for tools, tool calls or tool messages with "llama3".
+  // for tool calls on a message that is not the assistant's, for tools, tool calls or tool
+  // messages with "llama3", and (chatml) for tool-call arguments that are not JSON.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                      bool enable_thinking = true, const ChatTools& tools = {}) const;
   // Whether the template renders tools (and so the model may answer with tool calls).

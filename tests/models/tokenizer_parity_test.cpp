@@ -569,7 +569,7 @@ TEST(TokenizerParityTest, Qwen3AndToyTokenizerMatchLenmlTokenizers) {
   for (size_t i = 0; i < chats.size(); ++i) {
     std::vector<ooze::models::ChatMessage> messages;
     for (const json& m : chats[i]["messages"]) {
-      messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>(), {}});
+      messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>(), {}, {}});
     }
     const bool generation_prompt = chats[i]["add_generation_prompt"].get<bool>();
     const auto& chat_template = chats[i].contains("chat_template") ? llama3 : chatml;
