@@ -55,7 +55,7 @@ struct ChatMessage {
   std::string content;
   // Qwen3: the assistant's reasoning, when kept apart from `content`.
   std::optional<std::string> reasoning_content;
-  std::vector<ToolCall> tool_calls;  // an assistant's calls, in order
+  std::vector<ToolCall> tool_calls = {};  // an assistant's calls, in order
 };
 
 // The tool definitions of a conversation (the OpenAI API's `tools` list), each rendered with

@@ -75,6 +75,9 @@ HookBindings::HookBindings(const std::string& kind, HookServices services) {
       return scored;
     });
   }
+  if (services.agent_session) {
+    bind("agent_session", [open = services.agent_session](const Json&) { return open(); });
+  }
   if (services.get_samples) {
     bind("get_samples", [get = services.get_samples](const Json& in) {
       return groups_to_json(get(in.get<int64_t>()));

@@ -32,8 +32,10 @@ struct HookServices {
   const models::Tokenizer* tokenizer = nullptr;  // ooze.tokenizer
   RewardModel* rewards = nullptr;                // ooze.score
   // The data source a rollout function gets without --data-source-path.
-  std::function<std::vector<std::vector<Sample>>(int64_t num_groups)> get_samples;
-  std::function<void(std::vector<std::vector<Sample>> groups)> add_samples;
+  std::function<std::vector<std::vector<Sample>>(int64_t num_groups)> get_samples = {};
+  std::function<void(std::vector<std::vector<Sample>> groups)> add_samples = {};
+  // ooze.agent_session(): {"base_url", "api_key"} of the call's agent session.
+  std::function<nlohmann::json()> agent_session = {};
 };
 
 class HookBindings {

@@ -8,6 +8,12 @@
 //   PythonGenerateFunction function(path);        // at start-up: loads and checks it
 //   std::vector<Sample> done = function.generate(generator, tokenizer, sample);  // on a worker
 //
+// A function may instead run any agent written against the OpenAI API: ooze.agent_session()
+// opens the sample's session (serving/session_server.h) and gives its base URL and key. When
+// the function returns the sample without tokens of its own, the session's calls become the
+// sample (or samples, rollout/agent_trajectory.h), with the reward, metadata and metrics the
+// function set.
+//
 // Calls of many samples overlap on the hooks' event loop; each blocks only its worker thread.
 #pragma once
 
@@ -17,8 +23,16 @@
 #include "python/python_hook.h"
 #include "rollout/sample.h"
 #include "rollout/sample_generation.h"
+#include "serving/session_server.h"
 
 namespace ooze::rollout {
+
+// Where a generate call's agent session is opened, on the first ooze.agent_session() only (a
+// function that never asks starts no server).
+struct SessionAccess {
+  std::function<serving::SessionServer&()> server;
+  serving::SessionSettings settings;
+};
 
 class PythonGenerateFunction {
  public:
@@ -29,7 +43,7 @@ class PythonGenerateFunction {
   // Runs the function on `sample` and takes back the sample (or samples) it returns. Throws
   // python::HookError naming the sample when it raises or returns something else.
   std::vector<Sample> generate(SampleGenerator& generator, const models::Tokenizer& tokenizer,
-                               const Sample& sample) const;
+                               const Sample& sample, const SessionAccess* sessions = nullptr) const;
 
  private:
   python::PythonHook hook_;

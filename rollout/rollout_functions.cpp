@@ -36,6 +36,14 @@ RolloutFunctions RolloutFunctions::load(const RolloutOptions& options, const Rew
                                                 "--custom-generate-function-path");
     }
   }
+  if (!options.agent_command.empty()) {
+    if (!generate_path.empty()) {
+      throw ConfigError(
+          "--agent-command and --custom-generate-function-path both say how a "
+          "sample is generated: give one");
+    }
+    functions.agent.emplace(options.agent_command, options.agent_timeout_s);
+  }
   auto python_only = [](const std::string& path, const char* flag) {
     if (python::hook_path_kind(path) != python::HookPathKind::kPython) {
       throw ConfigError(
@@ -45,6 +53,11 @@ RolloutFunctions RolloutFunctions::load(const RolloutOptions& options, const Rew
     }
   };
   if (!options.rollout_function_path.empty()) {
+    if (functions.agent) {
+      throw ConfigError(
+          "--agent-command runs inside ooze's rollout, which --rollout-function-path "
+          "replaces: give one");
+    }
     python_only(options.rollout_function_path, "--rollout-function-path");
     functions.rollout_function.emplace(options.rollout_function_path, "--rollout-function-path");
   }

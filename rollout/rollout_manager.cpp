@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/logging.h"
+#include "models/chat_template.h"
 #include "rollout/sample_json.h"
 
 namespace ooze::rollout {
@@ -174,9 +175,8 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
           samples = static_cast<int64_t>(group.size());
         } else if (which >= 0) {
           Sample& sample = group[static_cast<size_t>(which)];
-          if (functions_.python_generate && !round.stop) {
-            std::vector<Sample> done =
-                functions_.python_generate->generate(generator, tokenizer_, sample);
+          if ((functions_.python_generate || functions_.agent) && !round.stop) {
+            std::vector<Sample> done = generate_sample(sample, generator, round.stop);
             sample = std::move(done.front());
             if (done.size() > 1) {
               std::lock_guard<std::mutex> lock(round.mutex);
@@ -300,6 +300,59 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
   for (std::thread& worker : workers) worker.join();
   for (size_t g = 0; g < round.groups.size(); ++g) round.merge_split_off(g);  // unfinished ones
   if (round.error) std::rethrow_exception(round.error);
+}
+
+std::vector<Sample> RolloutManager::generate_sample(const Sample& sample,
+                                                    SampleGenerator& generator,
+                                                    const std::atomic<bool>& stop) {
+  SessionAccess access;
+  access.server = [this]() -> serving::SessionServer& { return sessions(); };
+  const RolloutSampling& sampling = generator.sampling();
+  access.settings.defaults = {{"temperature", sampling.temperature}, {"top_p", sampling.top_p}};
+  if (sampling.top_k > 0) access.settings.defaults["top_k"] = sampling.top_k;
+  if (!sampling.stop.empty()) access.settings.defaults["stop"] = sampling.stop;
+  if (!sampling.stop_token_ids.empty()) {
+    access.settings.defaults["stop_token_ids"] = sampling.stop_token_ids;
+  }
+  access.settings.max_completion_tokens = generator.remaining_budget(sample);
+  access.settings.routing_key = "sample-" + std::to_string(sample.index);
+  access.settings.stop = &stop;
+  if (functions_.agent) {
+    return functions_.agent->run(sample, sessions(), access.settings, tokenizer_, &stop);
+  }
+  return functions_.python_generate->generate(generator, tokenizer_, sample, &access);
+}
+
+serving::SessionServer& RolloutManager::sessions() {
+  std::lock_guard<std::mutex> lock(sessions_mutex_);
+  if (sessions_) return *sessions_;
+  const serving::RoutedResponse answer = router_.get_from_any("/get_model_info");
+  const nlohmann::json model_info =
+      nlohmann::json::parse(answer.response.body, nullptr, /*allow_exceptions=*/false);
+  if (!answer.response.ok() || !model_info.is_object()) {
+    throw Error("agent sessions: GET /get_model_info from " + answer.engine_url + " answered " +
+                std::to_string(answer.response.status) + ": " + answer.response.body);
+  }
+  engine::EngineInfo info;
+  info.model_path = model_info.value("model_path", "");
+  info.served_model_name = model_info.value("served_model_name", "");
+  info.context_length = model_info.value("context_length", int64_t{0});
+  info.vocab_size = model_info.value("vocab_size", int64_t{0});
+  info.eos_token_ids = model_info.value("eos_token_ids", std::vector<int64_t>{});
+  std::string no_template_reason;
+  try {
+    session_template_ =
+        std::make_unique<models::ChatTemplate>(models::select_chat_template(tokenizer_, ""));
+  } catch (const std::exception& e) {
+    no_template_reason = e.what();
+  }
+  serving::ServerOptions server;
+  server.host = options_.session_host;
+  server.threads = 4;
+  sessions_ = std::make_unique<serving::SessionServer>(
+      server, router_, tokenizer_, session_template_.get(), no_template_reason, std::move(info));
+  OOZE_LOG(INFO) << "rollout: agent sessions at " << sessions_->base_url("ID");
+  return *sessions_;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -54,10 +54,12 @@
 #include "rollout/sample.h"
 #include "rollout/sample_generation.h"
 #include "serving/router.h"
+#include "serving/session_server.h"
 
 namespace ooze::models {
 class Tokenizer;
-}
+class ChatTemplate;
+}  // namespace ooze::models
 
 namespace ooze::rollout {
 
@@ -132,6 +134,12 @@ class RolloutManager {
   void process_all_samples(const std::vector<std::vector<Sample>>& groups);
   // Generates and scores the groups of `round` concurrently until it has what it wants.
   void run(Round& round, SampleGenerator& generator);
+  // One sample through the user's generate function or agent; the samples it became.
+  std::vector<Sample> generate_sample(const Sample& sample, SampleGenerator& generator,
+                                      const std::atomic<bool>& stop);
+  // The agents' session server, started (on the engines' tokenizer and chat template) by the
+  // first sample that needs one.
+  serving::SessionServer& sessions();
 
   RolloutOptions options_;
   PromptSource& source_;
@@ -141,6 +149,9 @@ class RolloutManager {
   RolloutFunctions functions_;
   std::vector<std::vector<Sample>> buffer_;
   std::atomic<bool> cancelled_{false};
+  std::mutex sessions_mutex_;
+  std::unique_ptr<models::ChatTemplate> session_template_;
+  std::unique_ptr<serving::SessionServer> sessions_;
 };
 
 }  // namespace ooze::rollout

@@ -8,9 +8,10 @@ namespace ooze::rollout {
 namespace {
 
 struct Moments {
-  double sum = 0, sum_sq = 0;
+  double sum = 0, sum_sq = 0, max = 0;
   int64_t count = 0;
   void add(double x) {
+    max = count == 0 ? x : std::max(max, x);
     sum += x;
     sum_sq += x * x;
     ++count;
@@ -63,7 +64,18 @@ MetricMap rollout_metrics(const std::vector<std::vector<Sample>>& groups,
   metrics["rollout/aborted_ratio"] = aborted / samples;
   metrics["rollout/zero_std_group_ratio"] =
       static_cast<double>(zero_std_groups) / static_cast<double>(groups.size());
-  for (const auto& [name, moments] : sample_metrics) metrics["rollout/" + name] = moments.mean();
+  const std::string aborted_agent = "agent/aborted_";
+  for (const auto& [name, moments] : sample_metrics) {
+    if (name.rfind(aborted_agent, 0) == 0) {
+      // Counted, not averaged: how many agents failed this way.
+      metrics["rollout/agent/aborted/" + name.substr(aborted_agent.size())] = moments.sum;
+    } else if (name == "agent/turns") {
+      metrics["rollout/agent/turns/mean"] = moments.mean();
+      metrics["rollout/agent/turns/max"] = moments.max;
+    } else {
+      metrics["rollout/" + name] = moments.mean();
+    }
+  }
   return metrics;
 }
 

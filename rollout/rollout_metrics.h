@@ -21,6 +21,11 @@ using MetricMap = std::map<std::string, double>;
 //   rollout/zero_std_group_ratio                     groups whose rewards all agree
 //   rollout/samples, rollout/groups
 //   rollout/<name>                                   mean of every number in sample.metrics
+//                                                    (over the samples that have it)
+//   rollout/agent/turns/mean, /max                   model calls per agent session
+//   rollout/agent/tool_calls, rollout/agent/segments per agent session (means)
+//   rollout/agent/aborted/<why>                      agents that failed: exit_code, signal,
+//                                                    timeout, start, stopped, no_calls
 MetricMap rollout_metrics(const std::vector<std::vector<Sample>>& groups,
                           const std::string& reward_key);
 

@@ -46,7 +46,21 @@ const OptionFields<RolloutOptions>& RolloutOptions::fields() {
     f.add("rollout_all_samples_process_path", &O::rollout_all_samples_process_path,
           "Your function seeing every finished group of a rollout, those dynamic sampling "
           "dropped included ((args, groups, data_source) -> None).");
-    f.add("rollout_concurrency", &O::concurrency, "Engine requests in flight at once.").min(1);
+    f.add("agent_command", &O::agent_command,
+          "Your agent program, run once per sample (sh -c COMMAND) against an OpenAI-compatible "
+          "session that records its exact tokens: OPENAI_BASE_URL and OPENAI_API_KEY in its "
+          "environment, the sample as a JSON line on stdin; a {\"reward\": R} line on stdout "
+          "is the sample's reward.");
+    f.add("agent_timeout", &O::agent_timeout_s,
+          "Seconds an agent of --agent-command may run before it is killed (its sample is then "
+          "aborted).")
+        .greater_than(0);
+    f.add("session_host", &O::session_host,
+          "Address the agents' session server listens on (0.0.0.0 for agents on other "
+          "machines).");
+    f.add("rollout_concurrency", &O::concurrency,
+          "Engine requests (or generate-function calls, or agents) in flight at once.")
+        .min(1);
     f.add("rollout_progress_interval", &O::progress_interval_s,
           "Seconds between progress lines of a rollout; 0: none.")
         .min(0);

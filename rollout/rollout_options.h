@@ -32,8 +32,11 @@ struct RolloutOptions {
   std::string eval_function_path;  // the same for evaluations; "": rollout_function_path
   std::string data_source_path;    // a Python class handing out prompts; "": --prompt-data
   std::string rollout_all_samples_process_path;  // a Python function seeing every finished group
-  int64_t concurrency = 512;                     // requests (or plugin calls) in flight at once
-  double progress_interval_s = 30.0;             // progress lines during long rollouts; 0: none
+  std::string agent_command;               // a program run per sample against an agent session
+  double agent_timeout_s = 600;            // an agent running longer is killed, its sample aborted
+  std::string session_host = "127.0.0.1";  // where the session server listens
+  int64_t concurrency = 512;               // requests (or plugin calls) in flight at once
+  double progress_interval_s = 30.0;       // progress lines during long rollouts; 0: none
   RolloutSampling sampling;
 
   // The "rollout" section: batch sizes, dynamic sampling, partial rollout, custom generation,

@@ -1,5 +1,6 @@
 #include "serving/generate_protocol.h"
 
+#include "core/error.h"
 #include "engine/prompt_checks.h"
 #include "models/tokenizer.h"
 #include "models/unicode_utils.h"
@@ -246,6 +247,95 @@ nlohmann::json generate_output_json(const GenerateCall& call, size_t request_ind
     meta["output_top_logprobs"] = std::move(top);
   }
   return {{"text", text}, {"output_ids", output.output_ids}, {"meta_info", std::move(meta)}};
+}
+
+nlohmann::json generate_request_json(const engine::GenerateRequest& request) {
+  const engine::SamplingParams& sampling = request.sampling;
+  nlohmann::json params = {{"temperature", sampling.temperature},
+                           {"top_p", sampling.top_p},
+                           {"top_k", sampling.top_k},
+                           {"min_p", sampling.min_p},
+                           {"max_new_tokens", sampling.max_new_tokens},
+                           {"ignore_eos", sampling.ignore_eos},
+                           {"n", sampling.n},
+                           {"skip_special_tokens", sampling.skip_special_tokens}};
+  if (!sampling.stop.empty()) params["stop"] = sampling.stop;
+  if (!sampling.stop_token_ids.empty()) params["stop_token_ids"] = sampling.stop_token_ids;
+  // Seeds reach requests as JSON integers >= 0, so they fit a signed 64-bit value.
+  if (sampling.seed) params["seed"] = static_cast<int64_t>(*sampling.seed);
+  nlohmann::json body = {{"input_ids", request.input_ids},
+                         {"sampling_params", std::move(params)},
+                         {"return_logprob", request.return_logprob},
+                         {"top_logprobs_num", request.top_logprobs_num},
+                         {"stream", request.stream}};
+  if (!request.id.empty()) body["rid"] = request.id;
+  return body;
+}
+
+namespace {
+
+// (logprob, token id) of each [logprob, token_id, text] triple.
+void read_triples(const nlohmann::json& triples, std::vector<float>* logprobs,
+                  std::vector<int64_t>* ids) {
+  for (const nlohmann::json& triple : triples) {
+    logprobs->push_back(triple.at(0).get<float>());
+    ids->push_back(triple.at(1).get<int64_t>());
+  }
+}
+
+}  // namespace
+
+engine::GenerateOutput generate_output_from_json(const nlohmann::json& output) {
+  engine::GenerateOutput out;
+  try {
+    out.text = output.at("text").get<std::string>();
+    out.output_ids = output.at("output_ids").get<std::vector<int64_t>>();
+    const nlohmann::json& meta = output.at("meta_info");
+    out.request_id = meta.value("id", "");
+    out.index = output.value("index", int64_t{0});
+    out.prompt_tokens = meta.value("prompt_tokens", int64_t{0});
+    out.cached_tokens = meta.value("cached_tokens", int64_t{0});
+    out.weight_version = meta.value("weight_version", int64_t{0});
+    out.weight_versions = meta.value("weight_versions", std::vector<int64_t>{});
+    out.output_weight_versions =
+        meta.value("output_token_weight_versions",
+                   std::vector<int64_t>(out.output_ids.size(), out.weight_version));
+    if (auto logprobs = meta.find("output_token_logprobs"); logprobs != meta.end()) {
+      std::vector<int64_t> ids;
+      read_triples(*logprobs, &out.output_logprobs, &ids);
+    }
+    if (auto top = meta.find("output_top_logprobs"); top != meta.end()) {
+      for (const nlohmann::json& position : *top) {
+        std::vector<float> logprobs;
+        std::vector<int64_t> ids;
+        read_triples(position, &logprobs, &ids);
+        std::vector<engine::TopLogProb>& entries = out.top_logprobs.emplace_back();
+        for (size_t i = 0; i < ids.size(); ++i) entries.push_back({ids[i], logprobs[i]});
+      }
+    }
+    const nlohmann::json& finish = meta.at("finish_reason");
+    out.finished = !finish.is_null();
+    if (out.finished) {
+      const std::string type = finish.at("type").get<std::string>();
+      if (type == "stop") {
+        out.finish_reason = engine::FinishReason::kStop;
+        if (auto matched = finish.find("matched"); matched != finish.end()) {
+          if (matched->is_string()) out.matched_stop = matched->get<std::string>();
+          if (matched->is_number_integer()) out.matched_token = matched->get<int64_t>();
+        }
+      } else if (type == "length") {
+        out.finish_reason = engine::FinishReason::kLength;
+      } else if (type == "abort") {
+        out.finish_reason = engine::FinishReason::kAbort;
+        out.abort_message = finish.value("message", "");
+      } else {
+        throw FormatError("meta_info.finish_reason.type '" + type + "' is not stop/length/abort");
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(std::string("a /generate output is malformed: ") + e.what());
+  }
+  return out;
 }
 
 std::string generate_param(const std::string& engine_field, const nlohmann::json& body) {

@@ -56,6 +56,14 @@ nlohmann::json generate_output_json(const GenerateCall& call, size_t request_ind
                                     const engine::GenerateOutput& output,
                                     const models::Tokenizer& tokenizer);
 
+// What a client of the router sends for `request`: its input_ids, sampling_params,
+// return_logprob, top_logprobs_num, stream and rid (when it has an id).
+nlohmann::json generate_request_json(const engine::GenerateRequest& request);
+
+// One output object of a /generate answer (or one streamed event), read back: the inverse of
+// generate_output_json. Throws FormatError naming the missing or malformed field.
+engine::GenerateOutput generate_output_from_json(const nlohmann::json& output);
+
 // The /generate field an engine InvalidRequest field stands for ("input_ids" -> "text" when the
 // prompt came as text).
 std::string generate_param(const std::string& engine_field, const nlohmann::json& body);

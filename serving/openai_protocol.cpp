@@ -2,9 +2,11 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "engine/prompt_checks.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
+#include "models/tool_call_parser.h"
 #include "models/unicode_utils.h"
 #include "serving/json_fields.h"
 
@@ -106,6 +108,37 @@ std::string final_text(const OpenAiCall& call, const engine::GenerateOutput& out
   return output.text;
 }
 
+// The opening of a tool call in the syntax the chat templates teach (models/tool_call_parser.h).
+constexpr const char* kToolCallOpen = "<tool_call>";
+
+// The calls of a finished chat completion, when the call offered tools and the model ended its
+// turn in the template's tool-call syntax.
+std::optional<models::ParsedToolCalls> tool_calls_of(const OpenAiCall& call,
+                                                     const engine::GenerateOutput& output,
+                                                     const std::string& text) {
+  if (!call.tool_syntax || !output.finished ||
+      output.finish_reason != engine::FinishReason::kStop) {
+    return std::nullopt;
+  }
+  return models::parse_tool_calls(text, *call.tool_syntax);
+}
+
+// OpenAI's tool_calls list; ids are unique per response and choice.
+nlohmann::json tool_calls_json(const models::ParsedToolCalls& parsed,
+                               const std::string& response_id, size_t choice, bool with_index) {
+  nlohmann::json calls = nlohmann::json::array();
+  for (size_t i = 0; i < parsed.calls.size(); ++i) {
+    nlohmann::json entry = {
+        {"id", "call_" + response_id.substr(response_id.find('-') + 1) + "_" +
+                   std::to_string(choice) + "_" + std::to_string(i)},
+        {"type", "function"},
+        {"function", {{"name", parsed.calls[i].name}, {"arguments", parsed.calls[i].arguments}}}};
+    if (with_index) entry["index"] = i;
+    calls.push_back(std::move(entry));
+  }
+  return calls;
+}
+
 // Log-prob entries of tokens [begin, end) in each API's shape.
 struct TokenText {
   std::string bytes;  // what the token decodes to
@@ -197,6 +230,83 @@ size_t utf8_boundary(const std::string& text, size_t at) {
   return at;
 }
 
+// An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}],
+// arguments as the JSON text the API sends (an object is accepted and written out).
+std::vector<models::ToolCall> parse_tool_calls_field(const nlohmann::json& calls,
+                                                     const std::string& path) {
+  if (!calls.is_array()) throw engine::InvalidRequest(path, "must be a list of tool calls");
+  std::vector<models::ToolCall> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string call_path = path + "[" + std::to_string(i) + "]";
+    JsonFields call(calls[i], call_path);
+    call.string("id");
+    if (auto type = call.string("type"); type && *type != "function") {
+      throw engine::InvalidRequest(call_path + ".type", "must be \"function\"");
+    }
+    const nlohmann::json* function = call.raw("function");
+    if (!function) throw engine::InvalidRequest(call_path + ".function", "is required");
+    call.reject_unknown();
+    JsonFields function_fields(*function, call_path + ".function");
+    models::ToolCall tool_call;
+    const std::optional<std::string> name = function_fields.string("name");
+    if (!name || name->empty()) {
+      throw engine::InvalidRequest(call_path + ".function.name", "is required");
+    }
+    tool_call.name = *name;
+    const nlohmann::json* arguments = function_fields.raw("arguments");
+    if (!arguments || arguments->is_null()) {
+      tool_call.arguments = "{}";
+    } else if (arguments->is_string()) {
+      tool_call.arguments = arguments->get<std::string>();
+    } else if (arguments->is_object()) {
+      tool_call.arguments = arguments->dump();
+    } else {
+      throw engine::InvalidRequest(call_path + ".function.arguments",
+                                   "must be a JSON object as a string");
+    }
+    function_fields.reject_unknown();
+    out.push_back(std::move(tool_call));
+  }
+  return out;
+}
+
+// The request's tools as the template writes them: {"type": "function", "function": {name,
+// description, parameters}} in that order (as SGLang's request model dumps them).
+models::ChatTools parse_tools(const nlohmann::json& tools) {
+  if (!tools.is_array()) throw engine::InvalidRequest("tools", "must be a list of tools");
+  models::ChatTools out;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string path = "tools[" + std::to_string(i) + "]";
+    JsonFields tool(tools[i], path);
+    if (tool.string("type").value_or("function") != "function") {
+      throw engine::InvalidRequest(path + ".type", "must be \"function\"");
+    }
+    const nlohmann::json* function = tool.raw("function");
+    if (!function) throw engine::InvalidRequest(path + ".function", "is required");
+    tool.reject_unknown();
+    JsonFields fields(*function, path + ".function");
+    nlohmann::ordered_json written;
+    const std::optional<std::string> name = fields.string("name");
+    if (!name || name->empty())
+      throw engine::InvalidRequest(path + ".function.name", "is required");
+    written["name"] = *name;
+    if (auto description = fields.string("description")) written["description"] = *description;
+    if (const nlohmann::json* parameters = fields.raw("parameters")) {
+      if (!parameters->is_object()) {
+        throw engine::InvalidRequest(path + ".function.parameters", "must be a JSON schema object");
+      }
+      written["parameters"] = nlohmann::ordered_json::parse(parameters->dump());
+    }
+    fields.boolean("strict");
+    fields.reject_unknown();
+    nlohmann::ordered_json entry;
+    entry["type"] = "function";
+    entry["function"] = std::move(written);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 std::vector<models::ChatMessage> parse_messages(const nlohmann::json* messages) {
   if (!messages) throw engine::InvalidRequest("messages", "is required");
   if (!messages->is_array() || messages->empty()) {
@@ -210,13 +320,16 @@ std::vector<models::ChatMessage> parse_messages(const nlohmann::json* messages) 
     const std::optional<std::string> role = fields.string("role");
     if (!role) throw engine::InvalidRequest(path + ".role", "is required");
     message.role = *role == "developer" ? "system" : *role;
-    if (message.role != "system" && message.role != "user" && message.role != "assistant") {
+    if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+        message.role != "tool") {
       throw engine::InvalidRequest(path + ".role",
                                    "'" + *role +
-                                       "' is not supported; use system, developer, user "
-                                       "or assistant (tools are not supported)");
+                                       "' is not supported; use system, developer, user, "
+                                       "assistant or tool");
     }
-    if (const nlohmann::json* content = fields.raw("content")) {
+    const nlohmann::json* content = fields.raw("content");
+    if (content && content->is_null() && message.role == "assistant") content = nullptr;
+    if (content) {
       if (content->is_string()) {
         message.content = content->get<std::string>();
       } else if (content->is_array()) {
@@ -240,6 +353,14 @@ std::vector<models::ChatMessage> parse_messages(const nlohmann::json* messages) 
       throw engine::InvalidRequest(path + ".content", "is required");
     }
     if (auto reasoning = fields.string("reasoning_content")) message.reasoning_content = *reasoning;
+    if (const nlohmann::json* calls = fields.raw("tool_calls"); calls && !calls->is_null()) {
+      if (message.role != "assistant") {
+        throw engine::InvalidRequest(path + ".tool_calls",
+                                     "only assistant messages make tool calls");
+      }
+      message.tool_calls = parse_tool_calls_field(*calls, path + ".tool_calls");
+    }
+    fields.string("tool_call_id");
     fields.string("name");
     fields.reject_unknown();
     out.push_back(std::move(message));
@@ -296,16 +417,17 @@ OpenAiCall parse_completions_call(const nlohmann::json& body, const models::Toke
   const nlohmann::json* prompt = fields.raw("prompt");
   if (!prompt) throw engine::InvalidRequest("prompt", "is required");
   std::vector<std::vector<int64_t>> prompts;
+  std::vector<std::string> texts;
   if (prompt->is_string()) {
-    prompts.push_back(
-        engine::tokenize_prompt(tokenizer, prompt->get<std::string>(), "prompt", info));
+    texts.push_back(prompt->get<std::string>());
+    prompts.push_back(engine::tokenize_prompt(tokenizer, texts.back(), "prompt", info));
   } else if (prompt->is_array() && !prompt->empty()) {
     const nlohmann::json& first = (*prompt)[0];
     if (first.is_string()) {
       for (size_t i = 0; i < prompt->size(); ++i) {
         const std::string field = "prompt[" + std::to_string(i) + "]";
-        prompts.push_back(
-            engine::tokenize_prompt(tokenizer, json_string((*prompt)[i], field), field, info));
+        texts.push_back(json_string((*prompt)[i], field));
+        prompts.push_back(engine::tokenize_prompt(tokenizer, texts.back(), field, info));
       }
     } else if (first.is_array()) {
       for (size_t i = 0; i < prompt->size(); ++i) {
@@ -324,7 +446,9 @@ OpenAiCall parse_completions_call(const nlohmann::json& body, const models::Toke
         "token id lists (not empty)");
   }
   fields.reject_unknown();
+  texts.resize(prompts.size());  // empty for prompts sent as ids
   finish_call(call, std::move(prompts), params, rid);
+  call.prompt_texts = std::move(texts);
   return call;
 }
 
@@ -351,9 +475,18 @@ OpenAiCall parse_chat_call(const nlohmann::json& body, const models::Tokenizer& 
     }
     call.top_logprobs = *v;
   }
-  require_empty(fields, "tools", "tools are not supported by this server");
-  if (auto choice = fields.raw("tool_choice"); choice && *choice != "none" && *choice != "auto") {
-    throw engine::InvalidRequest("tool_choice", "tools are not supported by this server");
+  models::ChatTools tools;
+  if (const nlohmann::json* listed = fields.raw("tools"); listed && !listed->is_null()) {
+    tools = parse_tools(*listed);
+  }
+  if (const nlohmann::json* choice = fields.raw("tool_choice")) {
+    if (*choice == "none") {
+      tools.clear();  // the model is not told of them and its output is not parsed for calls
+    } else if (*choice != "auto") {
+      throw engine::InvalidRequest("tool_choice",
+                                   "only \"auto\" and \"none\" are supported (this server does "
+                                   "not constrain decoding to force a call)");
+    }
   }
   fields.boolean("parallel_tool_calls");
   if (const nlohmann::json* format = fields.raw("response_format")) {
@@ -375,9 +508,18 @@ OpenAiCall parse_chat_call(const nlohmann::json& body, const models::Tokenizer& 
                                                  no_template_reason +
                                                  "); send a prompt to /v1/completions instead");
   }
-  std::vector<int64_t> ids = engine::tokenize_prompt(
-      tokenizer, chat_template->render(messages, /*add_generation_prompt=*/true, enable_thinking),
-      "messages", info);
+  if (!tools.empty() && !chat_template->supports_tools()) {
+    throw engine::InvalidRequest(
+        "tools", "the model's chat template (" + chat_template->name() + ") has no tool syntax");
+  }
+  std::string text;
+  try {
+    text = chat_template->render(messages, /*add_generation_prompt=*/true, enable_thinking, tools);
+  } catch (const Error& e) {
+    throw engine::InvalidRequest("messages", e.what());
+  }
+  std::vector<int64_t> ids = engine::tokenize_prompt(tokenizer, text, "messages", info);
+  if (!tools.empty()) call.tool_syntax = chat_template;
   if (max_tokens) {
     params.max_new_tokens = *max_tokens;
   } else {
@@ -387,6 +529,7 @@ OpenAiCall parse_chat_call(const nlohmann::json& body, const models::Tokenizer& 
     params.max_new_tokens = std::max<int64_t>(1, room);
   }
   finish_call(call, {std::move(ids)}, params, rid);
+  call.prompt_texts = {std::move(text)};
   return call;
 }
 
@@ -419,8 +562,15 @@ nlohmann::json openai_response(const OpenAiCall& call,
     const std::string text = final_text(call, output);
     nlohmann::json choice = {{"index", i}};
     nlohmann::json logprobs = nullptr;
+    const char* reason = finish_reason_name(output);
     if (call.api == OpenAiApi::kChat) {
       choice["message"] = {{"role", "assistant"}, {"content", text}};
+      if (auto parsed = tool_calls_of(call, output, text)) {
+        choice["message"]["content"] =
+            parsed->content.empty() ? nlohmann::json(nullptr) : nlohmann::json(parsed->content);
+        choice["message"]["tool_calls"] = tool_calls_json(*parsed, id, i, /*with_index=*/false);
+        reason = "tool_calls";
+      }
       if (call.logprobs) {
         logprobs = chat_logprobs(output, 0, output.output_ids.size(), call, tokenizer);
       }
@@ -433,7 +583,6 @@ nlohmann::json openai_response(const OpenAiCall& call,
       }
     }
     choice["logprobs"] = std::move(logprobs);
-    const char* reason = finish_reason_name(output);
     choice["finish_reason"] = reason ? nlohmann::json(reason) : nlohmann::json(nullptr);
     choice["matched_stop"] = matched_stop(output);
     choices.push_back(std::move(choice));
@@ -497,6 +646,21 @@ std::vector<nlohmann::json> OpenAiStream::update(size_t choice,
     const auto& stops = call_.requests[call_.request_of_choice(choice)].sampling.stop;
     ready = utf8_boundary(text, text.size() - stop_prefix_length(text, stops));
   }
+  if (chat && call_.tool_syntax) {
+    if (state.tool_call_at == std::string::npos) {
+      state.tool_call_at = text.find(kToolCallOpen, state.sent_bytes);
+    }
+    if (state.tool_call_at != std::string::npos) {
+      ready = std::min(ready, state.tool_call_at);
+    } else if (!output.finished) {
+      ready = std::min(ready, text.size() - stop_prefix_length(text, {kToolCallOpen}));
+    }
+  }
+  std::optional<models::ParsedToolCalls> parsed;
+  if (state.tool_call_at != std::string::npos && output.finished) {
+    parsed = tool_calls_of(call_, output, text);
+    if (!parsed) ready = text.size();  // not a well-formed call: the rest is content after all
+  }
   std::string delta;
   if (ready > state.sent_bytes) {
     delta = text.substr(state.sent_bytes, ready - state.sent_bytes);
@@ -515,12 +679,17 @@ std::vector<nlohmann::json> OpenAiStream::update(size_t choice,
                            chat ? nlohmann::json{{"content", delta}} : nlohmann::json(delta),
                            std::move(logprobs), nullptr));
   }
+  if (parsed) {
+    chunks.push_back(
+        chunk(choice, {{"tool_calls", tool_calls_json(*parsed, id_, choice, /*with_index=*/true)}},
+              nullptr, nullptr));
+  }
   if (output.finished) {
     state.finished = true;
     state.completion_tokens = output.completion_tokens();
     state.cached_tokens = output.index == 0 ? output.cached_tokens : 0;
     nlohmann::json last = chunk(choice, chat ? nlohmann::json::object() : nlohmann::json(""),
-                                nullptr, finish_reason_name(output));
+                                nullptr, parsed ? "tool_calls" : finish_reason_name(output));
     last["choices"][0]["matched_stop"] = matched_stop(output);
     chunks.push_back(std::move(last));
   }

@@ -10,12 +10,19 @@
 //   completions: prompt (a string, a list of strings, a list of ids, or a list of id lists),
 //                logprobs (int k: the sampled token and the k most likely, k <= 20), echo and
 //                suffix (unset only), best_of (unset or 1); max_tokens defaults to 16.
-//   chat:        messages ({role: system|developer|user|assistant, content: a string or text
-//                parts, name (ignored), reasoning_content}), rendered with the model's chat
-//                template plus the generation prompt; logprobs (bool) and top_logprobs
-//                (0..20); chat_template_kwargs {enable_thinking}; tools / tool_choice /
-//                response_format only when empty or plain text. Without max_tokens the output
-//                may fill the context (as SGLang).
+//   chat:        messages ({role: system|developer|user|assistant|tool, content: a string or
+//                text parts, name (ignored), reasoning_content, tool_calls (assistant),
+//                tool_call_id (tool, not rendered)}), rendered with the model's chat template
+//                plus the generation prompt; logprobs (bool) and top_logprobs (0..20);
+//                chat_template_kwargs {enable_thinking}; tools ({type: "function", function:
+//                {name, description, parameters}}) rendered by the template, tool_choice "auto"
+//                or "none" (tools then left out of the prompt), parallel_tool_calls (accepted);
+//                response_format only plain text. Without max_tokens the output may fill the
+//                context (as SGLang).
+//                With tools, a completion in the template's tool-call syntax answers with
+//                message.tool_calls ({id, type: "function", function: {name, arguments}}),
+//                content (null when none) and finish_reason "tool_calls"; a completion whose
+//                tool-call syntax is malformed stays plain content (models/tool_call_parser.h).
 //
 // Choices are numbered prompt-major, then sample: choice = prompt * n + sample. finish_reason
 // is "stop", "length" or "abort"; SGLang's matched_stop (the stop string or token id) is added
@@ -47,6 +54,11 @@ struct OpenAiCall {
   bool logprobs = false;       // report the sampled tokens' log-probs
   int64_t top_logprobs = 0;    // ... and this many most likely tokens at each position
   bool no_stop_trim = false;   // keep the matched stop string in the text
+  // Per request: the prompt as text when it came as text or messages (the rendered
+  // conversation); empty when it came as token ids.
+  std::vector<std::string> prompt_texts;
+  // Set when the call offered tools: completions are parsed for calls in its syntax.
+  const models::ChatTemplate* tool_syntax = nullptr;
 
   size_t num_choices() const;
   size_t request_of_choice(size_t choice) const;  // which prompt a choice belongs to
@@ -88,6 +100,9 @@ class OpenAiStream {
  private:
   struct ChoiceState {
     bool started = false;
+    // With tools: where the first tool call starts; the text from there on is held back and
+    // sent as tool_calls (or, when it does not parse, as content) once the choice finished.
+    size_t tool_call_at = std::string::npos;
     bool finished = false;
     size_t sent_bytes = 0;   // of the text
     size_t sent_tokens = 0;  // of output_ids (log-probs)

@@ -22,7 +22,8 @@ import argparse
 
 from .dynamic_filter import DynamicFilterOutput
 from .function_path import load_function
-from .generation import append_observation, generate, remaining_budget, score, tokenizer
+from .generation import (AgentSession, agent_session, append_observation, generate,
+                         remaining_budget, score, tokenizer)
 from .rollout import DataSource, RolloutFnEvalOutput, RolloutFnTrainOutput
 from .sample import Sample
 
@@ -48,6 +49,8 @@ __all__ = [
     "load_function",
     "args",
     "generate",
+    "agent_session",
+    "AgentSession",
     "append_observation",
     "remaining_budget",
     "score",

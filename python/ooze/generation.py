@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 from .sample import Sample, to_ooze_dict, update_from_ooze_dict
 
@@ -78,6 +79,29 @@ async def score(samples: list) -> None:
 def remaining_budget(sample: Sample) -> int:
     """Response tokens the sample may still grow by (--rollout-max-response-len minus its length)."""
     return _native("remaining_budget", {"sample": to_ooze_dict(sample)})
+
+
+class AgentSession(NamedTuple):
+    """A sample's OpenAI-compatible endpoint: give base_url and api_key to any OpenAI client."""
+
+    base_url: str
+    api_key: str
+
+
+def agent_session() -> AgentSession:
+    """The session of the sample being generated (opened on first use): an agent written
+    against the OpenAI API runs against it unchanged, and the exact tokens of every call it makes
+    become the sample when the generate function returns the sample without tokens of its own.
+
+        async def generate(args, sample, sampling_params):
+            session = ooze.agent_session()
+            await asyncio.to_thread(run_my_agent, session.base_url, session.api_key, sample.prompt)
+            return sample
+
+    Blocking HTTP clients belong on a thread (asyncio.to_thread): the event loop runs every
+    sample's generate function."""
+    answer = _native("agent_session", None)
+    return AgentSession(answer["base_url"], answer["api_key"])
 
 
 class _Tokenizer:
