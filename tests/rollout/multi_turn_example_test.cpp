@@ -308,7 +308,7 @@ TEST(CalculatorGenerate, RandomExpressionsGetTheValueTheyHaveByConstruction) {
   EXPECT_EQ(sample.metrics["turns"], 301);
 }
 
-// The Python twin's tool (calculator_generate.py, run by plain python3) gives the same values on
+// The Python twin's tool (calculator.py, run by plain python3) gives the same values on
 // the same random expressions, and refuses what the C++ one refuses.
 TEST(CalculatorGenerate, ThePythonTwinAnswersAsThePluginDoes) {
   std::mt19937 rng(7);
@@ -318,7 +318,7 @@ TEST(CalculatorGenerate, ThePythonTwinAnswersAsThePluginDoes) {
   std::ofstream(dir + "/expressions.json") << nlohmann::json(expressions).dump();
   ::ooze::testing::Process python(
       {::ooze::python::executable(), "-c",
-       "import json, sys; sys.path.insert(0, sys.argv[1]); import calculator_generate as c; "
+       "import json, sys; sys.path.insert(0, sys.argv[1]); import calculator as c; "
        "print(json.dumps([c.tool_answer(e) for e in json.load(open(sys.argv[2]))]))",
        std::string(OOZE_SOURCE_DIR) + "/examples/multi_turn", dir + "/expressions.json"},
       {{"PYTHONPATH", ::ooze::python::package_dir()}}, dir + "/answers.json");
