@@ -55,7 +55,9 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
   const std::string model_dir = config->get<std::string>("hf_checkpoint");
   const ExperimentData data = ExperimentData::load(*config);
   python::set_hook_args(config->to_json());
-  rollout::RewardModel rewards(rollout::RewardOptions::fields().read(*config));
+  rollout::RewardOptions reward_options = rollout::RewardOptions::fields().read(*config);
+  reward_options.environment_rewards = !config->get<std::string>("env_url").empty();
+  rollout::RewardModel rewards(reward_options);
   const rollout::RolloutOptions rollout_options = rollout::RolloutOptions::fields().read(*config);
   // Loaded here to fail before any engine starts; the rollout manager loads them again.
   rollout::RolloutFunctions::load(rollout_options, rewards);

@@ -38,7 +38,9 @@ void run_job(const Config& config, const TrainPlan& plan, const ExperimentData& 
   python::set_hook_args(config.to_json());
   std::optional<rollout::RewardModel> rewards;
   if (plan.with_engines()) {
-    rewards.emplace(rollout::RewardOptions::fields().read(config));
+    rollout::RewardOptions reward_options = rollout::RewardOptions::fields().read(config);
+    reward_options.environment_rewards = !config.get<std::string>("env_url").empty();
+    rewards.emplace(reward_options);
     // Loaded here to fail before any process starts; the rollout manager loads them again.
     rollout::RolloutFunctions::load(rollout::RolloutOptions::fields().read(config), *rewards);
   }

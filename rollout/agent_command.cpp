@@ -37,17 +37,21 @@ std::string trimmed_tail(const std::string& text, size_t max_bytes) {
 AgentCommand::AgentCommand(std::string command, double timeout_s)
     : command_(std::move(command)), timeout_s_(timeout_s) {}
 
-nlohmann::json reward_from_agent_output(const std::string& stdout_text) {
-  nlohmann::json reward = nullptr;
+AgentReport read_agent_report(const std::string& stdout_text) {
+  AgentReport report;
   std::istringstream lines(stdout_text);
   std::string line;
   while (std::getline(lines, line)) {
     const nlohmann::json parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_object() && parsed.contains("reward") && !parsed["reward"].is_null()) {
-      reward = parsed["reward"];
+    if (!parsed.is_object()) continue;
+    if (parsed.contains("reward") && !parsed["reward"].is_null()) report.reward = parsed["reward"];
+    if (parsed.contains("metrics") && parsed["metrics"].is_object()) {
+      for (const auto& [name, value] : parsed["metrics"].items()) {
+        if (value.is_number()) report.metrics[name] = value;
+      }
     }
   }
-  return reward;
+  return report;
 }
 
 std::vector<Sample> AgentCommand::run(const Sample& sample, serving::SessionServer& sessions,
@@ -63,7 +67,8 @@ std::vector<Sample> AgentCommand::run(const Sample& sample, serving::SessionServ
       {{"OPENAI_BASE_URL", sessions.base_url(id)}, {"OPENAI_API_KEY", sessions.api_key()}},
       input.dump() + "\n", timeout_s_, stop);
   const serving::SessionRecord record = sessions.close(id);
-  const nlohmann::json reward = reward_from_agent_output(result.stdout_text);
+  const AgentReport report = read_agent_report(result.stdout_text);
+  const nlohmann::json& reward = report.reward;
 
   std::vector<Sample> samples = trajectory_samples(sample, record, tokenizer);
   std::string failure;
@@ -98,6 +103,7 @@ std::vector<Sample> AgentCommand::run(const Sample& sample, serving::SessionServ
     if (reward.is_null()) last.reward = 0;
   }
   if (!reward.is_null()) last.reward = reward;
+  samples.front().metrics.update(report.metrics);
   return samples;
 }
 

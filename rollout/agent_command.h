@@ -9,9 +9,13 @@
 //   OPENAI_API_KEY   the session server's key
 //   stdin            one JSON line: {"index", "group_index", "prompt", "label", "metadata",
 //                    "tools"}, the sample as the prompt data gave it
-// and may print, as a line of its stdout, {"reward": R} (a number, or an object with the
-// --reward-key field): the sample's reward. The last such line counts; other output is ignored.
-// Without one, the run's --rm-type / --custom-rm-path scores the final sample.
+// and may print, as lines of its stdout, JSON objects with
+//   "reward": R        the sample's reward (a number, or an object with the --reward-key field);
+//                      the last one counts. Without one, the run's --rm-type / --custom-rm-path
+//                      scores the final sample.
+//   "metrics": {...}   numbers of its own (tool calls it answered, ...), reported as the
+//                      rollout's rollout/<name> means.
+// Other output is ignored.
 //
 // An agent that exits non-zero, dies by a signal, outlives --agent-timeout or cannot start
 // gives an aborted sample (abort_reason says which, with the tail of its stderr; what its
@@ -50,8 +54,12 @@ class AgentCommand {
   double timeout_s_;
 };
 
-// The reward an agent printed: the last stdout line that is a JSON object with "reward";
-// null when there is none.
-nlohmann::json reward_from_agent_output(const std::string& stdout_text);
+// What an agent printed for ooze: the reward of the last stdout line with one (null when none),
+// and the numbers of every "metrics" object, later lines winning.
+struct AgentReport {
+  nlohmann::json reward = nullptr;
+  nlohmann::json metrics = nlohmann::json::object();
+};
+AgentReport read_agent_report(const std::string& stdout_text);
 
 }  // namespace ooze::rollout

@@ -53,6 +53,8 @@ RewardModel::RewardModel(RewardOptions options) : options_(std::move(options)) {
     if (options_.remote.url.empty()) throw ConfigError("--rm-type remote_rm needs --rm-url");
     remote_ = std::make_unique<RemoteReward>(options_.remote);
     source_ = "--rm-type remote_rm (" + options_.remote.url + ")";
+  } else if (options_.rm_type.empty() && options_.environment_rewards) {
+    source_ = "--env-url";
   } else if (options_.rm_type.empty()) {
     throw ConfigError(
         "no reward: give --rm-type (a built-in rule or remote_rm) or --custom-rm-path");
@@ -72,6 +74,11 @@ nlohmann::json RewardModel::score_one(const Sample& sample) const {
   if (plugin_) return plugin_->reward(sample);  // PluginError names the sample and the plugin
   try {
     if (remote_) return remote_->score(sample);
+    if (options_.rm_type.empty()) {
+      throw Error(
+          "the environment gave it no reward and the run has no --rm-type or "
+          "--custom-rm-path");
+    }
     return score_builtin_reward(effective_reward_type(options_.rm_type, sample), sample);
   } catch (const std::exception& error) {
     throw RewardError("reward (" + source_ + ") failed on sample " + std::to_string(sample.index) +

@@ -47,6 +47,9 @@ struct RewardOptions {
   std::string reward_key;      // the scalar field of object rewards (dapo's "score", ...)
   RemoteRewardOptions remote;  // --rm-url and its timeouts and retries
   int64_t reward_threads = 16;
+  // --env-url: the environment rewards every sample, so no reward function is needed (a sample
+  // left without a reward is then an error when it is scored). Not a flag: set by the caller.
+  bool environment_rewards = false;
 
   // --rm-type, --custom-rm-path, --group-rm, --reward-key, --rm-url, --rm-timeout,
   // --rm-max-retries, --reward-threads ("reward" section); read() checks that remote_rm has a URL.
@@ -55,7 +58,8 @@ struct RewardOptions {
 
 class RewardModel {
  public:
-  // Throws ConfigError (nothing chosen, unknown type, remote_rm without --rm-url) or PluginError.
+  // Throws ConfigError (nothing chosen without environment_rewards, unknown type, remote_rm
+  // without --rm-url) or PluginError.
   explicit RewardModel(RewardOptions options);
 
   // One sample's reward (a number or an object). Not for batched functions.

@@ -44,6 +44,14 @@ RolloutFunctions RolloutFunctions::load(const RolloutOptions& options, const Rew
     }
     functions.agent.emplace(options.agent_command, options.agent_timeout_s);
   }
+  if (!options.env_url.empty()) {
+    if (!generate_path.empty() || functions.agent) {
+      throw ConfigError(
+          "--env-url, --agent-command and --custom-generate-function-path each say "
+          "how a sample is generated: give one");
+    }
+    functions.env.emplace(options.env_url, options.env_max_turns, options.env_timeout_s);
+  }
   auto python_only = [](const std::string& path, const char* flag) {
     if (python::hook_path_kind(path) != python::HookPathKind::kPython) {
       throw ConfigError(
@@ -53,10 +61,10 @@ RolloutFunctions RolloutFunctions::load(const RolloutOptions& options, const Rew
     }
   };
   if (!options.rollout_function_path.empty()) {
-    if (functions.agent) {
+    if (functions.agent || functions.env) {
       throw ConfigError(
-          "--agent-command runs inside ooze's rollout, which --rollout-function-path "
-          "replaces: give one");
+          "--agent-command and --env-url run inside ooze's rollout, which "
+          "--rollout-function-path replaces: give one");
     }
     python_only(options.rollout_function_path, "--rollout-function-path");
     functions.rollout_function.emplace(options.rollout_function_path, "--rollout-function-path");

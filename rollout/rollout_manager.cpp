@@ -175,7 +175,7 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
           samples = static_cast<int64_t>(group.size());
         } else if (which >= 0) {
           Sample& sample = group[static_cast<size_t>(which)];
-          if ((functions_.python_generate || functions_.agent) && !round.stop) {
+          if ((functions_.python_generate || functions_.agent || functions_.env) && !round.stop) {
             std::vector<Sample> done = generate_sample(sample, generator, round.stop);
             sample = std::move(done.front());
             if (done.size() > 1) {
@@ -305,6 +305,7 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
 std::vector<Sample> RolloutManager::generate_sample(const Sample& sample,
                                                     SampleGenerator& generator,
                                                     const std::atomic<bool>& stop) {
+  if (functions_.env) return functions_.env->run(sample, generator);
   SessionAccess access;
   access.server = [this]() -> serving::SessionServer& { return sessions(); };
   const RolloutSampling& sampling = generator.sampling();
@@ -317,6 +318,7 @@ std::vector<Sample> RolloutManager::generate_sample(const Sample& sample,
   access.settings.max_completion_tokens = generator.remaining_budget(sample);
   access.settings.routing_key = "sample-" + std::to_string(sample.index);
   access.settings.stop = &stop;
+  access.settings.on_call = [&generator](const nlohmann::json& output) { generator.count(output); };
   if (functions_.agent) {
     return functions_.agent->run(sample, sessions(), access.settings, tokenizer_, &stop);
   }

@@ -134,7 +134,8 @@ class RolloutManager {
   void process_all_samples(const std::vector<std::vector<Sample>>& groups);
   // Generates and scores the groups of `round` concurrently until it has what it wants.
   void run(Round& round, SampleGenerator& generator);
-  // One sample through the user's generate function or agent; the samples it became.
+  // One sample through the user's generate function, agent or environment; the samples it
+  // became.
   std::vector<Sample> generate_sample(const Sample& sample, SampleGenerator& generator,
                                       const std::atomic<bool>& stop);
   // The agents' session server, started (on the engines' tokenizer and chat template) by the

@@ -25,7 +25,8 @@ using MetricMap = std::map<std::string, double>;
 //   rollout/agent/turns/mean, /max                   model calls per agent session
 //   rollout/agent/tool_calls, rollout/agent/segments per agent session (means)
 //   rollout/agent/aborted/<why>                      agents that failed: exit_code, signal,
-//                                                    timeout, start, stopped, no_calls
+//                                                    timeout, start, stopped, no_calls,
+//                                                    env (an --env-url server failed)
 MetricMap rollout_metrics(const std::vector<std::vector<Sample>>& groups,
                           const std::string& reward_key);
 

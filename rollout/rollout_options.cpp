@@ -58,6 +58,14 @@ const OptionFields<RolloutOptions>& RolloutOptions::fields() {
     f.add("session_host", &O::session_host,
           "Address the agents' session server listens on (0.0.0.0 for agents on other "
           "machines).");
+    f.add("env_url", &O::env_url,
+          "An environment server (OpenEnv style: POST /reset, POST /step) that ooze's loop plays "
+          "each sample against: the policy's turns are the actions, the observations are "
+          "appended with loss mask 0, the episode's return is the reward.");
+    f.add("env_max_turns", &O::env_max_turns, "Steps of an --env-url episode at most.").min(1);
+    f.add("env_timeout", &O::env_timeout_s,
+          "Seconds an --env-url reset or step may take before the sample is aborted.")
+        .greater_than(0);
     f.add("rollout_concurrency", &O::concurrency,
           "Engine requests (or generate-function calls, or agents) in flight at once.")
         .min(1);

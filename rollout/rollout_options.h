@@ -35,8 +35,11 @@ struct RolloutOptions {
   std::string agent_command;               // a program run per sample against an agent session
   double agent_timeout_s = 600;            // an agent running longer is killed, its sample aborted
   std::string session_host = "127.0.0.1";  // where the session server listens
-  int64_t concurrency = 512;               // requests (or plugin calls) in flight at once
-  double progress_interval_s = 30.0;       // progress lines during long rollouts; 0: none
+  std::string env_url;                // an OpenEnv-style environment server the built-in loop plays
+  int64_t env_max_turns = 16;         // steps per episode at most
+  double env_timeout_s = 60;          // each reset or step answer
+  int64_t concurrency = 512;          // requests (or plugin calls) in flight at once
+  double progress_interval_s = 30.0;  // progress lines during long rollouts; 0: none
   RolloutSampling sampling;
 
   // The "rollout" section: batch sizes, dynamic sampling, partial rollout, custom generation,

@@ -88,11 +88,12 @@ class SampleGenerator final : public plugin::GenerationContext {
 
   const RolloutSampling& sampling() const { return sampling_; }
   GenerationStats stats() const;
+  // Counts the tokens of one /generate output object in stats() (an agent session's call).
+  void count(const nlohmann::json& output);
 
  private:
   bool stopping() const { return stop_ != nullptr && stop_->load(); }
   nlohmann::json send(const nlohmann::json& body);
-  void count(const nlohmann::json& output);
 
   serving::Router& router_;
   const models::Tokenizer& tokenizer_;

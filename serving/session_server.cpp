@@ -394,6 +394,7 @@ struct SessionServer::Impl {
     std::lock_guard<std::mutex> lock(session->mutex);
     session->in_flight.erase(rid);
     if (session->closed) return;
+    if (session->settings.on_call) session->settings.on_call(answer);
     session->used_tokens += output.completion_tokens();
     session->record.calls.push_back(std::move(entry));
     session->history_ids = std::move(history_ids);

@@ -32,6 +32,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -70,6 +71,8 @@ struct SessionSettings {
   std::string routing_key;             // keeps a session's calls on one engine (prefix cache)
   // Once set, calls are refused with 503 (the rollout has what it needs); not owned.
   const std::atomic<bool>* stop = nullptr;
+  // Called with the engine's output of every recorded call, until the session is closed.
+  std::function<void(const nlohmann::json& output)> on_call;
 };
 
 class SessionServer {

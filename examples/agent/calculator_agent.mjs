@@ -69,6 +69,7 @@ function toolAnswer(expression) {
 const client = new OpenAI({ maxRetries: 0, timeout: 600000 });
 const sample = JSON.parse(fs.readFileSync(0, "utf8").split("\n")[0]);
 let conversation = sample.prompt;
+let calls = 0;
 for (let turn = 0; turn < MAX_TURNS; ++turn) {
   const answer = await client.completions.create({
     model: "policy", prompt: conversation, max_tokens: 64, stop: [CALL_CLOSE] });
@@ -79,4 +80,6 @@ for (let turn = 0; turn < MAX_TURNS; ++turn) {
   const start = conversation.lastIndexOf(CALL_OPEN);
   if (start < 0) break;
   conversation += toolAnswer(conversation.slice(start + CALL_OPEN.length, -CALL_CLOSE.length));
+  calls += 1;
 }
+console.log(JSON.stringify({ metrics: { calculator_calls: calls } }));

@@ -8,8 +8,9 @@ model write until it calls the calculator with <calc>EXPR</calc> (the request st
 </calc>), answers the call with <result>VALUE</result> (examples/multi_turn/calculator.py), and
 asks again with the conversation so far, until a turn makes no call. The session records the
 exact tokens of every call: the model's become the trained tokens (loss mask 1), the
-calculator's answers the observations between them (loss mask 0). The agent prints no reward:
-the run's --rm-type scores the sample.
+calculator's answers the observations between them (loss mask 0). The agent prints no reward
+(the run's --rm-type scores the sample), only how many calls it answered, which the rollout
+reports as rollout/calculator_calls.
 """
 
 import json
@@ -38,6 +39,7 @@ def complete(prompt: str) -> dict:
 def main():
     sample = json.loads(sys.stdin.readline())
     conversation = sample["prompt"]
+    calls = 0
     for _ in range(MAX_TURNS):
         choice = complete(conversation)
         conversation += choice["text"]
@@ -49,6 +51,8 @@ def main():
         if expression is None:
             break
         conversation += tool_answer(expression)
+        calls += 1
+    print(json.dumps({"metrics": {"calculator_calls": calls}}))
 
 
 main()

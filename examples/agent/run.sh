@@ -5,8 +5,8 @@
 #   AGENT=js      calculator_agent.mjs, the official "openai" npm client
 # The warm start is multi_turn's (demonstrations that call the calculator 30% of the time);
 # then each rollout runs 16 x 16 agents, whose sessions record the exact tokens the engines
-# sampled, and the built-in math rule scores the last \boxed{}. rollout/agent/tool_calls and
-# eval/add rise as the policy learns that calling the tool pays.
+# sampled, and the built-in math rule scores the last \boxed{}. rollout/calculator_calls (the
+# agents' own metric) and eval/add rise as the policy learns that calling the tool pays.
 #
 #   examples/agent/run.sh [more ooze train flags]
 # Environment: OUT (runs/agent), BUILD_DIR (build), NUM_ROLLOUT (100), EVAL_INTERVAL (50),
@@ -53,4 +53,4 @@ echo "GRPO with $AGENT_COMMAND: $NUM_ROLLOUT rollouts of 16 prompts x 16 agents 
 values_of() { grep -o "\"$1\":[0-9.e-]*" "$OUT/metrics.jsonl" | cut -d: -f2 | tr '\n' ' '; }
 echo "eval/add at each evaluation: $(values_of eval/add)"
 echo "rollout/raw_reward, first -> last rollout: $(values_of rollout/raw_reward | awk '{print $1, "->", $NF}')"
-echo "rollout/agent/tool_calls, first -> last rollout: $(values_of rollout/agent/tool_calls | awk '{print $1, "->", $NF}')"
+echo "rollout/calculator_calls, first -> last rollout: $(values_of rollout/calculator_calls | awk '{print $1, "->", $NF}')"

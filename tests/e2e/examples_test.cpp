@@ -299,6 +299,20 @@ TEST(ExamplesTest, MultiTurnRunCallsTheCalculatorDuringRollouts) {
     python_calls += rollout.value("rollout/tool_calls", 0.0);
   }
   EXPECT_GT(python_calls, 0) << "the Python calculator answered no call";
+
+  // The same dialogue as an agent program per sample (examples/agent, --agent-command) talking
+  // to its session over HTTP, from the same warm start.
+  const ScriptRun agent = run_example("agent/run.sh", {{"WARM_START", run.out + "/sft/model"}});
+  EXPECT_NE(agent.config.value("agent_command", "").find("agent/calculator_agent.py"),
+            std::string::npos);
+  expect_complete_rl_run(agent, "agent");
+  double agent_calls = 0;
+  for (const json& rollout : agent.rollouts) {
+    EXPECT_GE(rollout.value("rollout/agent/turns/mean", 0.0), 1.0) << rollout.dump();
+    EXPECT_EQ(rollout.value("rollout/aborted_ratio", 1.0), 0.0) << rollout.dump();
+    agent_calls += rollout.value("rollout/calculator_calls", 0.0);  // the agent's own metric
+  }
+  EXPECT_GT(agent_calls, 0) << "the agents answered no calculator call";
 }
 
 }  // namespace examples_test
