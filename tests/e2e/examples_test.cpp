@@ -84,7 +84,8 @@ ScriptRun run_example(const std::string& script, std::map<std::string, std::stri
 
 // What every RL run of the examples writes: one line per rollout, evaluations before the first
 // and after the last, and finite policy losses.
-void expect_complete_rl_run(const ScriptRun& run, const std::string& name) {
+void expect_complete_rl_run(const ScriptRun& run, const std::string& name,
+                            double samples_per_rollout = 16 * 16) {
   EXPECT_EQ(run.rollouts.size(), static_cast<size_t>(kRollouts)) << name;
   EXPECT_EQ(run.eval_add.size(), 2u) << name << ": eval/add before and after the run";
   for (double value : run.eval_add) EXPECT_TRUE(value >= 0 && value <= 1.1) << name;
@@ -94,7 +95,7 @@ void expect_complete_rl_run(const ScriptRun& run, const std::string& name) {
     EXPECT_TRUE(std::isfinite(step["train/pg_loss"].get<double>())) << name;
   }
   for (const json& rollout : run.rollouts) {
-    EXPECT_EQ(rollout.value("rollout/samples", 0.0), 16 * 16) << name;
+    EXPECT_EQ(rollout.value("rollout/samples", 0.0), samples_per_rollout) << name;
   }
   EXPECT_TRUE(fs::exists(run.out + "/train.log")) << name;
 }
@@ -302,10 +303,13 @@ TEST(ExamplesTest, MultiTurnRunCallsTheCalculatorDuringRollouts) {
 
   // The same dialogue as an agent program per sample (examples/agent, --agent-command) talking
   // to its session over HTTP, from the same warm start.
-  const ScriptRun agent = run_example("agent/run.sh", {{"WARM_START", run.out + "/sft/model"}});
+  // A quarter of the agents (each is a Python process of its own).
+  const ScriptRun agent = run_example("agent/run.sh", {{"WARM_START", run.out + "/sft/model"}},
+                                      {"--rollout-batch-size", "4", "--global-batch-size", "64",
+                                       "--n-samples-per-eval-prompt", "1"});
   EXPECT_NE(agent.config.value("agent_command", "").find("agent/calculator_agent.py"),
             std::string::npos);
-  expect_complete_rl_run(agent, "agent");
+  expect_complete_rl_run(agent, "agent", 4 * 16);
   double agent_calls = 0;
   for (const json& rollout : agent.rollouts) {
     EXPECT_GE(rollout.value("rollout/agent/turns/mean", 0.0), 1.0) << rollout.dump();

@@ -6,6 +6,9 @@
 // cannot train on stops the rollout naming the hook and the sample.
 #include <gtest/gtest.h>
 
+#include <set>
+
+#include "models/chat_template.h"
 #include "rollout/rollout_manager.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/served_engines.h"
@@ -137,6 +140,37 @@ TEST_F(PythonGenerateTest, WhatOozeCannotTrainOnStopsTheRollout) {
       ::ooze::testing::error_message_of<python::HookError>([] { rollout_with("breaks_the_mask"); });
   EXPECT_CONTAINS(message, "--custom-generate-function-path " + kGenerate + "breaks_the_mask");
   EXPECT_CONTAINS(message, "in a form ooze cannot train on");
+}
+
+// An agent run from a generate function on ooze.agent_session(): the session's two calls are
+// the sample (prompt of the first call, then its completion, the template's text for the next
+// user turn with loss mask 0, the second completion), with the reward the function set.
+TEST_F(PythonGenerateTest, AnAgentOnItsSessionBecomesTheSample) {
+  const RolloutResult result = rollout_with("agent_via_session");
+  ASSERT_EQ(result.groups.size(), 2u);
+  std::set<std::string> urls;
+  for (const std::vector<Sample>& group : result.groups) {
+    for (const Sample& sample : group) {
+      EXPECT_EQ(sample.reward, 0.75);
+      EXPECT_EQ(sample.metrics.at("agent/turns"), 2);
+      urls.insert(sample.metadata.at("base_url").get<std::string>());
+      // The prompt is the first call's: the dataset's text rendered as a user turn.
+      const models::ChatTemplate chat = models::select_chat_template(engines_->tokenizer(), "");
+      EXPECT_TRUE(sample.prompt == chat.render({{"user", "tool question 0", std::nullopt}}, true) ||
+                  sample.prompt == chat.render({{"user", "tool question 1", std::nullopt}}, true))
+          << sample.prompt;
+      // Policy, observation, policy: both turns of at most 4 tokens, the user turn between.
+      std::vector<int32_t> runs;
+      for (int32_t mask : sample.loss_mask) {
+        if (runs.empty() || runs.back() != mask) runs.push_back(mask);
+      }
+      EXPECT_EQ(runs, (std::vector<int32_t>{1, 0, 1})) << sample.response;
+      EXPECT_NE(sample.response.find("<|im_start|>user\n<result>42</result><|im_end|>"),
+                std::string::npos)
+          << sample.response;
+    }
+  }
+  EXPECT_EQ(urls.size(), 4u) << "every sample has a session of its own";
 }
 
 }  // namespace python_generate_test

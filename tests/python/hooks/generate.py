@@ -40,3 +40,35 @@ async def split_in_two(args, sample, sampling_params):
     await ooze.generate(second, 2)
     sample.reward, second.reward = 0.25, 0.75
     return [sample, second]
+
+
+def _chat(session, messages):
+    """One chat call to the sample's session with urllib (blocking: run it on a thread)."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        session.base_url + "/chat/completions",
+        data=json.dumps({"model": "policy", "messages": messages, "max_tokens": 4,
+                         "temperature": 0}).encode(),
+        headers={"Content-Type": "application/json",
+                 "Authorization": "Bearer " + session.api_key})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())["choices"][0]["message"]
+
+
+async def agent_via_session(args, sample, sampling_params):
+    """An agent written against the OpenAI API, run on the sample's session: two turns with a
+    user message between them; the sample comes back as it came, with a reward set."""
+    import asyncio
+
+    session = ooze.agent_session()
+    assert ooze.agent_session() == session, "one session per generate call"
+    messages = [{"role": "user", "content": sample.prompt}]
+    first = await asyncio.to_thread(_chat, session, messages)
+    messages += [{"role": "assistant", "content": first["content"]},
+                 {"role": "user", "content": OBSERVATION}]
+    await asyncio.to_thread(_chat, session, messages)
+    sample.reward = 0.75
+    sample.metadata["base_url"] = session.base_url
+    return sample
