@@ -83,7 +83,7 @@ std::vector<Sample> AgentCommand::run(const Sample& sample, serving::SessionServ
   if (samples.empty()) {
     // Nothing sampled: the dataset's prompt with an empty response stands for the rollout.
     Sample empty = sample;
-    empty.response_length = static_cast<int64_t>(0);
+    empty.response_length = 0;
     empty.tokens.resize(static_cast<size_t>(sample.prompt_length()));
     empty.response.clear();
     empty.loss_mask.clear();
