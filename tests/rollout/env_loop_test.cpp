@@ -143,7 +143,9 @@ TEST_F(EnvLoopTest, EpisodesBecomeSamplesWithTheEnvironmentsObservationsAndRetur
         ASSERT_LE(masked.size(), observations.size());
         for (size_t i = 0; i < masked.size(); ++i) {
           EXPECT_EQ(observations[i].rfind(masked[i], 0), 0u) << masked[i];
-          if (i + 1 < masked.size()) EXPECT_EQ(masked[i], observations[i]);
+          if (i + 1 < masked.size()) {
+            EXPECT_EQ(masked[i], observations[i]);
+          }
         }
       } else {
         EXPECT_EQ(masked, observations);
