@@ -6,8 +6,8 @@
 //
 // Reads stdin line by line and writes one line to stdout per input line, flushed at once:
 //   {"text": "..."}                 -> {"ids": [...]}
-//   {"messages": [{"role", "content"}, ...]} (needs --chat-template; NAME is chatml, qwen3 or
-//       llama3, or left out to use the template of DIR/tokenizer_config.json)
+//   {"messages": [{"role", "content"}, ...]} (needs --chat-template; NAME is chatml, qwen3,
+//       llama3 or llama3.1, or left out to use the template of DIR/tokenizer_config.json)
 //                                   -> {"ids": [...]} of the rendered conversation
 //   with --decode: {"ids": [...]}   -> {"text": "..."} (bytes that are not valid UTF-8, such as
 //       half a character, are written as U+FFFD)

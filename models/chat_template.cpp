@@ -1,5 +1,7 @@
 #include "models/chat_template.h"
 
+#include <ctime>
+
 #include "core/error.h"
 #include "core/strings.h"
 #include "models/python_json.h"
@@ -34,18 +36,19 @@ bool contains(const std::string& text, const std::string& part) {
 void check_messages(const std::vector<ChatMessage>& messages, ChatTemplate::Style style,
                     const ChatTools& tools) {
   const bool llama3 = style == ChatTemplate::Style::kLlama3;
+  const std::string use_instead = "; use a chatml, qwen3 or llama3.1 model for tool calls";
   if (llama3 && !tools.empty()) {
     throw Error(
         "tools were given, but the llama3 chat template has no tool syntax (Llama 3 "
-        "Instruct); use a chatml or qwen3 model for tool calls");
+        "Instruct)" +
+        use_instead);
   }
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& message = messages[i];
     const std::string where = "chat message " + std::to_string(i);
     if (message.role == "tool" && llama3) {
-      throw Error(where +
-                  " has role 'tool', but the llama3 chat template has no tool syntax; "
-                  "use a chatml or qwen3 model for tool calls");
+      throw Error(where + " has role 'tool', but the llama3 chat template has no tool syntax" +
+                  use_instead);
     }
     if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
         message.role != "tool") {
@@ -55,13 +58,17 @@ void check_messages(const std::vector<ChatMessage>& messages, ChatTemplate::Styl
     }
     if (!message.tool_calls.empty()) {
       if (llama3) {
-        throw Error(where +
-                    " has tool calls, but the llama3 chat template has no tool syntax; "
-                    "use a chatml or qwen3 model for tool calls");
+        throw Error(where + " has tool calls, but the llama3 chat template has no tool syntax" +
+                    use_instead);
       }
       if (message.role != "assistant") {
         throw Error(where + " has role '" + message.role +
                     "' and tool calls; only assistant messages make tool calls");
+      }
+      if (style == ChatTemplate::Style::kLlama31 && message.tool_calls.size() > 1) {
+        throw Error(where + " has " + std::to_string(message.tool_calls.size()) +
+                    " tool calls; the llama3.1 chat template renders one call per assistant "
+                    "message (Llama 3.1 calls one tool at a time)");
       }
     }
   }
@@ -73,16 +80,19 @@ void append_tool_call(std::string& out, const std::string& name, const std::stri
       "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + arguments + "}\n</tool_call>";
 }
 
-// Qwen2.5 (chatml) writes arguments through `tojson`, and SGLang parses the OpenAI API's
-// arguments string before rendering: the text is parsed (keeping its key order) and written again.
-std::string chatml_tool_arguments(const ToolCall& call, size_t message, size_t index) {
+// Qwen2.5 (chatml) and Llama 3.1 write arguments through `tojson`, and SGLang parses the OpenAI
+// API's arguments string before rendering: the text is parsed (keeping its key order) and
+// written again.
+std::string tojson_tool_arguments(const ToolCall& call, size_t message, size_t index,
+                                  const std::string& template_name) {
   nlohmann::ordered_json parsed;
   try {
     parsed = nlohmann::ordered_json::parse(call.arguments);
   } catch (const nlohmann::json::exception& e) {
     throw Error("chat message " + std::to_string(message) + ", tool call " + std::to_string(index) +
-                " ('" + call.name + "'): arguments are not JSON (" + e.what() + "): " +
-                abbreviated(call.arguments) + "; the chatml template writes them as a JSON value");
+                " ('" + call.name + "'): arguments are not JSON (" + e.what() +
+                "): " + abbreviated(call.arguments) + "; the " + template_name +
+                " template writes them as a JSON value");
   }
   return python_json_dumps(parsed);
 }
@@ -125,28 +135,59 @@ std::string find_default_system_prompt(const std::string& jinja) {
   return "";
 }
 
+// The date a Llama 3.1-style template writes: today's local date when it asks for strftime_now
+// (as Hugging Face's strftime_now does), else the literal it sets date_string to.
+std::string llama31_date_string(const std::string& jinja) {
+  if (contains(jinja, "strftime_now")) {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char text[32];
+    std::strftime(text, sizeof(text), "%d %b %Y", &local);
+    return text;
+  }
+  const std::string set = "set date_string = \"";
+  const size_t begin = jinja.find(set);
+  const size_t end = begin == std::string::npos ? begin : jinja.find('"', begin + set.size());
+  if (end == std::string::npos) return "26 Jul 2024";
+  return jinja.substr(begin + set.size(), end - begin - set.size());
+}
+
 }  // namespace
 
 ChatTemplate ChatTemplate::from_name(const std::string& name) {
   if (name == "chatml") return ChatTemplate(Style::kChatML, name);
   if (name == "qwen3") return ChatTemplate(Style::kQwen3, name);
   if (name == "llama3") return ChatTemplate(Style::kLlama3, name);
-  throw ConfigError("unknown chat template '" + name + "'; choose chatml, qwen3 or llama3");
+  if (name == "llama3.1") return ChatTemplate(Style::kLlama31, name);
+  throw ConfigError("unknown chat template '" + name +
+                    "'; choose chatml, qwen3, llama3 or llama3.1");
 }
 
 ChatTemplate ChatTemplate::detect(const std::string& jinja, const std::string& source,
                                   const std::string& bos_token) {
-  const std::string hint = "; pick a built-in one by name (chatml, qwen3 or llama3)";
+  const std::string hint = "; pick a built-in one by name (chatml, qwen3, llama3 or llama3.1)";
   if (jinja.empty()) throw FormatError(source + " has no chat_template" + hint);
   if (contains(jinja, "<|start_header_id|>") && contains(jinja, "<|end_header_id|>")) {
-    if (contains(jinja, "Cutting Knowledge Date") || contains(jinja, "Environment: ipython")) {
+    const bool dated =
+        contains(jinja, "Cutting Knowledge Date") || contains(jinja, "Environment: ipython");
+    ChatTemplate result(dated ? Style::kLlama31 : Style::kLlama3, dated ? "llama3.1" : "llama3");
+    if (!bos_token.empty()) result.bos_token_ = bos_token;
+    if (!dated) return result;
+    if (contains(jinja, "<|image|>")) {
       throw FormatError(source +
-                        ": the chat_template is a Llama 3.1+ template (a system "
-                        "header with date and tool lines), which ooze does not render" +
+                        ": the chat_template is a Llama 3.2 Vision template (image turns), "
+                        "which ooze does not render" +
                         hint);
     }
-    ChatTemplate result(Style::kLlama3, "llama3");
-    if (!bos_token.empty()) result.bos_token_ = bos_token;
+    if (!contains(jinja, "Cutting Knowledge Date: December 2023") ||
+        !contains(jinja, "tools_in_user_message")) {
+      throw FormatError(source +
+                        ": the chat_template has a Llama 3.1-style system header but not Llama "
+                        "3.1's date and tool lines, which ooze does not recognise" +
+                        hint);
+    }
+    result.date_string_ = llama31_date_string(jinja);
     return result;
   }
   if (contains(jinja, "<|im_start|>")) {
@@ -174,6 +215,7 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                  const ChatTools& tools) const {
   check_messages(messages, style_, tools);
   if (style_ == Style::kLlama3) return render_llama3(messages, add_generation_prompt);
+  if (style_ == Style::kLlama31) return render_llama31(messages, add_generation_prompt, tools);
   return render_chatml(messages, add_generation_prompt, enable_thinking, tools);
 }
 
@@ -247,7 +289,7 @@ std::string ChatTemplate::render_chatml(const std::vector<ChatMessage>& messages
       for (size_t j = 0; j < message.tool_calls.size(); ++j) {
         const ToolCall& call = message.tool_calls[j];
         out += "\n";
-        append_tool_call(out, call.name, chatml_tool_arguments(call, i, j));
+        append_tool_call(out, call.name, tojson_tool_arguments(call, i, j, name_));
       }
       out += "<|im_end|>\n";
       continue;
@@ -294,6 +336,52 @@ std::string ChatTemplate::render_llama3(const std::vector<ChatMessage>& messages
     if (i == 0) out += bos_token_;
     out += "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n" +
            python_strip(messages[i].content) + "<|eot_id|>";
+  }
+  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+std::string ChatTemplate::render_llama31(const std::vector<ChatMessage>& messages,
+                                         bool add_generation_prompt, const ChatTools& tools) const {
+  std::string out = bos_token_;
+  auto turn = [&](const std::string& role, const std::string& content) {
+    out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + content + "<|eot_id|>";
+  };
+  size_t next = 0;
+  std::string system = tools.empty() ? "" : "Environment: ipython\n";
+  system += "Cutting Knowledge Date: December 2023\nToday Date: " + date_string_ + "\n\n";
+  if (!messages.empty() && messages[0].role == "system") {
+    system += python_strip(messages[next++].content);
+  }
+  turn("system", system);
+
+  // Custom tools travel in the first message after the system message, as a user turn.
+  if (!tools.empty()) {
+    if (next == messages.size()) {
+      throw Error(
+          "tools were given, but the conversation has no message after the system message; the "
+          "llama3.1 chat template writes the tools into the first user message");
+    }
+    std::string user =
+        "Given the following functions, please respond with a JSON for a function call with its "
+        "proper arguments that best answers the given prompt.\n\nRespond in the format "
+        "{\"name\": function name, \"parameters\": dictionary of argument name and its value}."
+        "Do not use variables.\n\n";
+    for (const nlohmann::ordered_json& tool : tools) user += python_json_dumps(tool, 4) + "\n\n";
+    turn("user", user + python_strip(messages[next++].content));
+  }
+
+  for (size_t i = next; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    if (message.role == "tool") {
+      turn("ipython", python_json_dumps(message.content));
+    } else if (!message.tool_calls.empty()) {
+      const ToolCall& call = message.tool_calls[0];  // check_messages allows one
+      turn("assistant", "{\"name\": \"" + call.name + "\", \"parameters\": " +
+                            tojson_tool_arguments(call, i, 0, name_) + "}");
+    } else {
+      turn(message.role, python_strip(message.content));
+    }
   }
   if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;

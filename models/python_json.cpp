@@ -90,7 +90,23 @@ std::string python_float_repr(double value) {
   return sign + out;
 }
 
-void append_python_json(std::string& out, const nlohmann::ordered_json& value) {
+// Where the next element of a container goes: after a space (one line) or on its own line
+// indented one level deeper than `depth` (indent >= 0).
+void append_element_break(std::string& out, bool first, int indent, int depth) {
+  if (indent < 0) {
+    if (!first) out += ", ";
+    return;
+  }
+  if (!first) out += ',';
+  out += '\n' + std::string(static_cast<size_t>(indent) * (depth + 1), ' ');
+}
+
+void append_closing_break(std::string& out, int indent, int depth) {
+  if (indent >= 0) out += '\n' + std::string(static_cast<size_t>(indent) * depth, ' ');
+}
+
+void append_python_json(std::string& out, const nlohmann::ordered_json& value, int indent,
+                        int depth) {
   using Type = nlohmann::ordered_json::value_t;
   switch (value.type()) {
     case Type::null:
@@ -115,10 +131,11 @@ void append_python_json(std::string& out, const nlohmann::ordered_json& value) {
       out += '[';
       bool first = true;
       for (const auto& element : value) {
-        if (!first) out += ", ";
+        append_element_break(out, first, indent, depth);
         first = false;
-        append_python_json(out, element);
+        append_python_json(out, element, indent, depth + 1);
       }
+      if (!first) append_closing_break(out, indent, depth);
       out += ']';
       return;
     }
@@ -126,12 +143,13 @@ void append_python_json(std::string& out, const nlohmann::ordered_json& value) {
       out += '{';
       bool first = true;
       for (auto it = value.begin(); it != value.end(); ++it) {
-        if (!first) out += ", ";
+        append_element_break(out, first, indent, depth);
         first = false;
         append_python_json_string(out, it.key());
         out += ": ";
-        append_python_json(out, it.value());
+        append_python_json(out, it.value(), indent, depth + 1);
       }
+      if (!first) append_closing_break(out, indent, depth);
       out += '}';
       return;
     }
@@ -145,9 +163,9 @@ void append_python_json(std::string& out, const nlohmann::ordered_json& value) {
 
 }  // namespace
 
-std::string python_json_dumps(const nlohmann::ordered_json& value) {
+std::string python_json_dumps(const nlohmann::ordered_json& value, int indent) {
   std::string out;
-  append_python_json(out, value);
+  append_python_json(out, value, indent, 0);
   return out;
 }
 

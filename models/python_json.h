@@ -13,8 +13,10 @@ namespace models {
 
 // Object keys are written in the order `value` holds them (insertion order for ordered_json,
 // as a Python dict keeps them). NaN and infinities are written as Python does (NaN, Infinity,
-// -Infinity); strings are written byte for byte apart from the escapes.
-std::string python_json_dumps(const nlohmann::ordered_json& value);
+// -Infinity); strings are written byte for byte apart from the escapes. With `indent` >= 0 it
+// writes json.dumps(value, indent=INDENT, ensure_ascii=False): one element per line, "," and
+// ": " separators, empty containers as [] and {}.
+std::string python_json_dumps(const nlohmann::ordered_json& value, int indent = -1);
 
 }  // namespace models
 }  // namespace ooze

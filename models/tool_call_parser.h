@@ -1,8 +1,12 @@
 // The tool calls in a completion, in the syntax the model's chat template teaches
-// (models/chat_template.h): for "chatml" and "qwen3" (Qwen2.5, Qwen3, Hermes),
-//   optional content, then one or more <tool_call>\n{"name": NAME, "arguments":
-//   {...}}\n</tool_call>
-// blocks. What the OpenAI API's tool_calls and content of the assistant message become.
+// (models/chat_template.h). What the OpenAI API's tool_calls and content of the assistant
+// message become.
+//   "chatml", "qwen3" (Qwen2.5, Qwen3, Hermes): optional content, then one or more
+//       <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call> blocks.
+//   "llama3.1": the whole completion is one {"name": NAME, "parameters": {...}} object
+//       ("arguments" accepted for "parameters"), optionally after <|python_tag|>, with content
+//       only before the tag. One call, as the template renders one per message: a completion of
+//       several calls (Llama's "; "-separated form) stays content.
 #pragma once
 
 #include <optional>
@@ -28,5 +32,11 @@ struct ParsedToolCalls {
 // drops it. Always nullopt for "llama3", which has no tool syntax.
 std::optional<ParsedToolCalls> parse_tool_calls(const std::string& completion,
                                                 const ChatTemplate& chat_template);
+
+// For streaming: the offset in `text` (a completion so far) from which it may be a tool call,
+// to be held back until the completion ends and parse_tool_calls decides; npos when no call
+// can have begun. Covers an opening cut short at the end ("<tool_c") and, for "llama3.1", a
+// completion that is only whitespace so far or opens with '{' (held from 0).
+size_t tool_call_hold_from(const std::string& text, const ChatTemplate& chat_template);
 
 }  // namespace ooze::models

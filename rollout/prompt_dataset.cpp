@@ -376,7 +376,7 @@ const OptionFields<PromptDatasetOptions>& PromptDatasetOptions::fields() {
         },
         "JSON object of chat template options: {\"enable_thinking\": false} (Qwen3).");
     f.add("chat_template", &O::chat_template,
-          "Chat template: chatml, qwen3 or llama3; empty: the tokenizer's own.");
+          "Chat template: chatml, qwen3, llama3 or llama3.1; empty: the tokenizer's own.");
     f.add("rollout_max_prompt_len", &O::max_prompt_len,
           "Drop prompts of more tokens than this when loading the data (0: no limit).")
         .min(0);

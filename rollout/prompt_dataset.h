@@ -50,7 +50,7 @@ struct PromptDatasetOptions {
   std::string metadata_key = "metadata";
   std::string tool_key = "tools";  // read only where a line has it; "": never
   bool apply_chat_template = false;
-  std::string chat_template;    // "chatml", "qwen3" or "llama3"; "": the tokenizer's own
+  std::string chat_template;    // "chatml", "qwen3", "llama3", "llama3.1"; "": the tokenizer's
   bool enable_thinking = true;  // Qwen3: false adds the empty think block to the prompt
   int64_t max_prompt_len = 0;   // prompts with more tokens are dropped; 0: no limit
 

@@ -108,9 +108,6 @@ std::string final_text(const OpenAiCall& call, const engine::GenerateOutput& out
   return output.text;
 }
 
-// The opening of a tool call in the syntax the chat templates teach (models/tool_call_parser.h).
-constexpr const char* kToolCallOpen = "<tool_call>";
-
 // The calls of a finished chat completion, when the call offered tools and the model ended its
 // turn in the template's tool-call syntax.
 std::optional<models::ParsedToolCalls> tool_calls_of(const OpenAiCall& call,
@@ -646,20 +643,14 @@ std::vector<nlohmann::json> OpenAiStream::update(size_t choice,
     const auto& stops = call_.requests[call_.request_of_choice(choice)].sampling.stop;
     ready = utf8_boundary(text, text.size() - stop_prefix_length(text, stops));
   }
-  if (chat && call_.tool_syntax) {
-    if (state.tool_call_at == std::string::npos) {
-      state.tool_call_at = text.find(kToolCallOpen, state.sent_bytes);
-    }
-    if (state.tool_call_at != std::string::npos) {
-      ready = std::min(ready, state.tool_call_at);
-    } else if (!output.finished) {
-      ready = std::min(ready, text.size() - stop_prefix_length(text, {kToolCallOpen}));
-    }
-  }
+  // With tools, text that may be a tool call is held back until the choice finishes: then it
+  // goes out as tool_calls, or as content when it does not parse.
   std::optional<models::ParsedToolCalls> parsed;
-  if (state.tool_call_at != std::string::npos && output.finished) {
-    parsed = tool_calls_of(call_, output, text);
-    if (!parsed) ready = text.size();  // not a well-formed call: the rest is content after all
+  if (chat && call_.tool_syntax) {
+    if (output.finished) parsed = tool_calls_of(call_, output, text);
+    if (!output.finished || parsed) {
+      ready = std::min(ready, models::tool_call_hold_from(text, *call_.tool_syntax));
+    }
   }
   std::string delta;
   if (ready > state.sent_bytes) {

@@ -100,9 +100,6 @@ class OpenAiStream {
  private:
   struct ChoiceState {
     bool started = false;
-    // With tools: where the first tool call starts; the text from there on is held back and
-    // sent as tool_calls (or, when it does not parse, as content) once the choice finished.
-    size_t tool_call_at = std::string::npos;
     bool finished = false;
     size_t sent_bytes = 0;   // of the text
     size_t sent_tokens = 0;  // of output_ids (log-probs)

@@ -120,7 +120,7 @@ class _Tokenizer:
                             add_generation_prompt: bool = False, enable_thinking: bool = True,
                             chat_template: str = None, **kwargs):
         """The conversation rendered with a chat template ooze knows: `chat_template` names one
-        ("chatml", "qwen3", "llama3"; not Jinja text), else the run's --chat-template, else the
+        ("chatml", "qwen3", "llama3", "llama3.1"; not Jinja text), else the run's --chat-template, else the
         tokenizer's own. Its text, or with tokenize=True its token ids."""
         import ooze
 

@@ -1,12 +1,14 @@
 // Chat template renderings against fixtures written by hand from the templates themselves:
 // Qwen3's tokenizer_config.json chat_template (read for its <think> handling and its lack of a
 // default system message), the Llama 3 Instruct template, and plain ChatML. Tools (tool
-// definitions, assistant tool calls, tool results) are checked against the real Qwen3 and
-// Qwen2.5 templates rendered by Jinja2 in Hugging Face's environment (hf_chat_template.py).
+// definitions, assistant tool calls, tool results) are checked against the real Qwen3, Qwen2.5
+// and Llama 3.1 / 3.2 templates rendered by Jinja2 in Hugging Face's environment
+// (hf_chat_template.py); Llama 3.1 and 3.2 conversations without tools too.
 #include "models/chat_template.h"
 
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -252,11 +254,23 @@ TEST(ChatTemplateTest, UnsupportedTemplatesAndRolesAreRejected) {
     EXPECT_NE(std::string(e.what()).find("chatml"), std::string::npos);
   }
   EXPECT_THROW(ChatTemplate::detect("", "x"), ooze::FormatError);
-  // Llama 3.1+ writes date and tool lines into a system header: not rendered.
-  EXPECT_THROW(ChatTemplate::detect("<|start_header_id|>system<|end_header_id|>\\n\\n"
-                                    "Cutting Knowledge Date: December 2023",
-                                    "x"),
-               ooze::FormatError);
+  // A dated system header that is not Llama 3.1's (no custom tool handling), and Llama 3.2
+  // Vision's image turns.
+  EXPECT_CONTAINS(ooze::testing::error_message_of<ooze::FormatError>([] {
+                    ChatTemplate::detect(
+                        "<|start_header_id|>system<|end_header_id|>\\n\\n"
+                        "Cutting Knowledge Date: December 2023",
+                        "x");
+                  }),
+                  "not Llama 3.1's date and tool lines");
+  EXPECT_CONTAINS(ooze::testing::error_message_of<ooze::FormatError>([] {
+                    ChatTemplate::detect(
+                        "<|start_header_id|>user<|end_header_id|>\\n\\n"
+                        "{{ '<|image|>' }}Cutting Knowledge Date: December 2023"
+                        "{% if tools_in_user_message %}",
+                        "x");
+                  }),
+                  "Llama 3.2 Vision");
   // A ChatML template with its own think handling that is not Qwen3's.
   EXPECT_THROW(ChatTemplate::detect("<|im_start|>assistant\\n<think>\\n", "x"), ooze::FormatError);
   for (const char* name : {"chatml", "qwen3", "llama3"}) {
@@ -333,8 +347,8 @@ ordered_json openai_messages(const Messages& messages) {
   return out;
 }
 
-// `jinja` rendered by tests/models/hf_chat_template.py. For Qwen2.5 the arguments strings are
-// parsed first, as SGLang does; Qwen3 gets them as strings.
+// `jinja` rendered by tests/models/hf_chat_template.py. For Qwen2.5 and Llama 3.1 the arguments
+// strings are parsed first, as SGLang does; Qwen3 gets them as strings.
 std::string reference_render(const std::string& jinja, const Messages& messages,
                              bool add_generation_prompt, bool enable_thinking,
                              const ChatTools& tools, bool parse_arguments) {
@@ -343,7 +357,8 @@ std::string reference_render(const std::string& jinja, const Messages& messages,
                           {"tools", nullptr},
                           {"add_generation_prompt", add_generation_prompt},
                           {"enable_thinking", enable_thinking},
-                          {"parse_arguments", parse_arguments}};
+                          {"parse_arguments", parse_arguments},
+                          {"bos_token", "<|begin_of_text|>"}};
   if (!tools.empty()) request["tools"] = ordered_json(tools);
   const std::string script = (tests_models_dir() / "hf_chat_template.py").string();
   return ooze::testing::run_python_reference("'" + script + "'", request.dump());
@@ -356,7 +371,7 @@ std::string expect_as_template(const std::string& jinja, const Messages& message
   const ChatTemplate chat = ChatTemplate::detect(jinja, "template under test");
   const std::string expected =
       reference_render(jinja, messages, add_generation_prompt, enable_thinking, tools,
-                       /*parse_arguments=*/chat.style() == ChatTemplate::Style::kChatML);
+                       /*parse_arguments=*/chat.style() != ChatTemplate::Style::kQwen3);
   EXPECT_FALSE(expected.empty());
   const std::string rendered = chat.render(messages, add_generation_prompt, enable_thinking, tools);
   EXPECT_EQ(rendered, expected);
@@ -539,6 +554,98 @@ TEST(ChatTemplateToolsTest, ChatMLWithoutADefaultSystemMessageStartsAtTheToolsBl
                 "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// ---- Llama 3.1 / 3.2 / 3.3 -----------------------------------------------------------------
+
+// Llama 3.1-8B-Instruct's chat_template (Llama 3.3 ships the same) and Llama 3.2-1B-Instruct's
+// (see the fixtures' README).
+std::string llama31_jinja() {
+  return read_text(tests_models_dir() / "fixtures" / "llama3_1_chat_template.jinja");
+}
+std::string llama32_jinja() {
+  return read_text(tests_models_dir() / "fixtures" / "llama3_2_chat_template.jinja");
+}
+
+TEST(ChatTemplateLlama31Test, DetectedWithTheTemplatesDate) {
+  const ChatTemplate chat = ChatTemplate::detect(llama31_jinja(), "llama 3.1");
+  EXPECT_EQ(chat.style(), ChatTemplate::Style::kLlama31);
+  EXPECT_EQ(chat.name(), "llama3.1");
+  EXPECT_TRUE(chat.supports_tools());
+  EXPECT_EQ(expect_as_template(llama31_jinja(), {msg("user", "Hi")}, true, {}),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(ChatTemplate::from_name("llama3.1").render({msg("user", "Hi")}, true),
+            chat.render({msg("user", "Hi")}, true));
+  // Llama 3.2 asks for strftime_now: today's date, as Hugging Face's strftime_now gives it.
+  const std::string rendered = expect_as_template(llama32_jinja(), {msg("user", "Hi")}, false, {});
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char today[32];
+  std::strftime(today, sizeof(today), "Today Date: %d %b %Y\n", &local);
+  EXPECT_CONTAINS(rendered, today);
+}
+
+TEST(ChatTemplateLlama31Test, ConversationsWithoutTools) {
+  for (const std::string& jinja : {llama31_jinja(), llama32_jinja()}) {
+    expect_as_template(jinja,
+                       {msg("system", "  You are terse.\n"), msg("user", " Hi \n"),
+                        msg("assistant", "\tHello!\r\n"), msg("user", "Bye\xC2\xA0")},
+                       true, {});
+    expect_as_template(jinja, {msg("user", "a"), msg("system", " note "), msg("user", "b")}, false,
+                       {});
+    expect_as_template(jinja, {msg("system", "only")}, true, {});
+  }
+}
+
+TEST(ChatTemplateLlama31Test, ToolsCallsAndResults) {
+  const Messages loop = {
+      msg("system", "Use tools."),
+      msg("user", " Weather in Zürich? "),
+      with_calls("dropped by the template", {{"get_weather", R"({"city":"Zürich",  "days": 2})"}}),
+      msg("tool", "{\"temperature\": 21.5, \"sky\": \"klar\"}\n"),
+      msg("assistant", "21.5 degrees, clear."),
+      msg("user", "And 2+3?"),
+      with_calls("", {{"calc", R"({"expression": "2+3", "precision": 1e-05})"}}),
+      msg("tool", "5")};
+  for (const std::string& jinja : {llama31_jinja(), llama32_jinja()}) {
+    const std::string rendered = expect_as_template(jinja, loop, true, weather_and_calc_tools());
+    // Tool definitions as tojson(indent=4) in the first user turn; arguments through tojson;
+    // results as JSON strings in ipython turns.
+    EXPECT_CONTAINS(rendered,
+                    "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n");
+    EXPECT_CONTAINS(rendered, "{\n    \"type\": \"function\",\n    \"function\": {\n");
+    EXPECT_CONTAINS(rendered,
+                    "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Zürich\", "
+                    "\"days\": 2}}<|eot_id|>");
+    EXPECT_CONTAINS(rendered,
+                    "<|start_header_id|>ipython<|end_header_id|>\n\n\"{\\\"temperature\\\": "
+                    "21.5, \\\"sky\\\": \\\"klar\\\"}\\n\"<|eot_id|>");
+    // Without a system message the tools still go into the first user turn.
+    expect_as_template(jinja, Messages(loop.begin() + 1, loop.end()), false,
+                       weather_and_calc_tools());
+  }
+}
+
+TEST(ChatTemplateLlama31Test, WhatTheTemplateRefuses) {
+  const ChatTemplate chat = ChatTemplate::from_name("llama3.1");
+  using ooze::testing::error_message_of;
+  EXPECT_CONTAINS(
+      error_message_of<ooze::Error>([&] {
+        chat.render({msg("user", "q"), with_calls("", {{"calc", "{}"}, {"calc", "{}"}})}, false);
+      }),
+      "chat message 1 has 2 tool calls; the llama3.1 chat template renders one call");
+  EXPECT_CONTAINS(error_message_of<ooze::Error>([&] {
+                    chat.render({msg("system", "s")}, true, true, weather_and_calc_tools());
+                  }),
+                  "no message after the system message");
+  EXPECT_CONTAINS(error_message_of<ooze::Error>([&] {
+                    chat.render({msg("user", "q"), with_calls("", {{"calc", "{oops"}})}, false);
+                  }),
+                  "the llama3.1 template writes them as a JSON value");
+}
+
 TEST(ChatTemplateToolsTest, ChatMLRefusesArgumentsThatAreNotJson) {
   const ChatTemplate chat = ChatTemplate::from_name("chatml");
   const std::string error = ooze::testing::error_message_of<ooze::Error>([&] {
@@ -575,7 +682,7 @@ TEST(ChatTemplateToolsTest, Llama3RefusesToolsToolCallsAndToolMessages) {
 TEST(ChatTemplateToolsTest, ToolCallsOnlyOnAssistantMessages) {
   ChatMessage user = msg("user", "q");
   user.tool_calls = {{"calc", "{}"}};
-  for (const char* name : {"chatml", "qwen3"}) {
+  for (const char* name : {"chatml", "qwen3", "llama3.1"}) {
     EXPECT_CONTAINS(ooze::testing::error_message_of<ooze::Error>([&] {
                       ChatTemplate::from_name(name).render({msg("system", "s"), user}, false);
                     }),

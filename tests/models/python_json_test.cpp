@@ -99,4 +99,23 @@ TEST(PythonJsonTest, MatchesPythonJsonDumps) {
   EXPECT_EQ(line, static_cast<int>(values.size()));
 }
 
+TEST(PythonJsonTest, IndentedAsPythonJsonDumpsIndented) {
+  // Llama 3.1 templates write tool definitions with tojson(indent=4).
+  const ordered_json value = ordered_json::parse(
+      R"({"type": "function", "function": {"name": "calc", "description": "Zürich\n",
+          "parameters": {"type": "object", "properties": {"e": {"type": "string"}},
+          "required": ["e"], "empty_list": [], "empty_object": {}, "nested": [[1, 2.5], {}]}}})");
+  for (int indent : {0, 2, 4}) {
+    const std::string python = ooze::testing::run_python_reference(
+        "-c 'import json, sys\n"
+        "value = json.loads(sys.stdin.buffer.read().decode(\"utf-8\"))\n"
+        "sys.stdout.buffer.write(json.dumps(value, ensure_ascii=False, indent=" +
+            std::to_string(indent) + ").encode(\"utf-8\"))'",
+        value.dump());
+    ASSERT_FALSE(python.empty());
+    EXPECT_EQ(python_json_dumps(value, indent), python) << "indent " << indent;
+  }
+  EXPECT_EQ(python_json_dumps(ordered_json::parse("[1, {}]"), 2), "[\n  1,\n  {}\n]");
+}
+
 }  // namespace python_json_test

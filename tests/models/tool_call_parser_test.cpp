@@ -1,6 +1,7 @@
-// parse_tool_calls on completions in the Hermes/Qwen syntax the chat templates teach, including
-// the round trip that makes multi-turn tool use byte-exact: a parsed completion, rendered back as
-// an assistant message through the qwen3 template, reproduces the model's own text.
+// parse_tool_calls on completions in the Hermes/Qwen and Llama 3.1 syntaxes the chat templates
+// teach, including the round trip that makes multi-turn tool use byte-exact: a parsed completion,
+// rendered back as an assistant message through its template, reproduces the model's own text.
+// tool_call_hold_from: what a stream holds back while a call may be coming.
 #include "models/tool_call_parser.h"
 
 #include <gtest/gtest.h>
@@ -17,7 +18,10 @@ using ooze::models::ChatMessage;
 using ooze::models::ChatTemplate;
 using ooze::models::parse_tool_calls;
 using ooze::models::ParsedToolCalls;
+using ooze::models::tool_call_hold_from;
 using ooze::models::ToolCall;
+
+constexpr size_t npos = std::string::npos;
 
 const ChatTemplate& qwen3() {
   static const ChatTemplate chat = ChatTemplate::from_name("qwen3");
@@ -154,6 +158,79 @@ TEST(ToolCallParserTest, RenderingTheParsedCallsReproducesTheModelText) {
             "<|im_start|>user\nWhat is 2+3?<|im_end|>\n"
             "<|im_start|>assistant\n<think>\n\n</think>\n\n" +
                 two + "<|im_end|>\n");
+}
+
+// ---- Llama 3.1 -----------------------------------------------------------------------------
+
+const ChatTemplate& llama31() {
+  static const ChatTemplate chat = ChatTemplate::from_name("llama3.1");
+  return chat;
+}
+
+TEST(ToolCallParserTest, Llama31OneCallIsTheWholeCompletion) {
+  auto parsed = parse_tool_calls(
+      " {\"name\": \"calc\", \"parameters\": {\"expression\":\"2+3\"}}\n", llama31());
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->content, "");
+  ASSERT_EQ(parsed->calls.size(), 1u);
+  expect_call(parsed->calls[0], "calc", "{\"expression\":\"2+3\"}");  // the model's spacing
+  // "arguments" is taken for "parameters"; text before <|python_tag|> is content.
+  parsed = parse_tool_calls(
+      "Let me check.<|python_tag|>{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Zürich\"}}",
+      llama31());
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->content, "Let me check.");
+  ASSERT_EQ(parsed->calls.size(), 1u);
+  expect_call(parsed->calls[0], "get_weather", "{\"city\": \"Zürich\"}");
+  // Hermes blocks are not Llama 3.1's syntax.
+  EXPECT_FALSE(parse_tool_calls(
+      "<tool_call>\n{\"name\": \"calc\", \"arguments\": {}}\n</tool_call>", llama31()));
+}
+
+TEST(ToolCallParserTest, Llama31AnythingElseIsContent) {
+  for (const char* text : {
+           "The answer is 5.",
+           "The answer is {\"name\": \"calc\", \"parameters\": {}}",
+           "{\"name\": \"calc\"}",
+           "{\"name\": \"calc\", \"parameters\": \"2+3\"}",
+           "{\"name\": 7, \"parameters\": {}}",
+           "{\"name\": \"calc\", \"parameters\": {\"expression\": ",
+           "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {}}",
+           "{\"name\": \"a\", \"parameters\": {}} and then some",
+           "<|python_tag|>brave_search.call(query=\"weather\")",
+       }) {
+    EXPECT_FALSE(parse_tool_calls(text, llama31())) << text;
+  }
+}
+
+TEST(ToolCallParserTest, Llama31RenderingTheParsedCallReproducesTheModelText) {
+  const std::string model_text =
+      "{\"name\": \"calc\", \"parameters\": {\"expression\": \"2+3\", \"precision\": 0.5}}";
+  const auto parsed = parse_tool_calls(model_text, llama31());
+  ASSERT_TRUE(parsed);
+  const std::vector<ChatMessage> messages = {
+      {"user", "What is 2+3?", std::nullopt, {}},
+      {"assistant", parsed->content, std::nullopt, parsed->calls}};
+  const std::string rendered = llama31().render(messages, false);
+  const std::string turn =
+      "<|start_header_id|>assistant<|end_header_id|>\n\n" + model_text + "<|eot_id|>";
+  EXPECT_EQ(rendered.substr(rendered.size() - turn.size()), turn);
+}
+
+TEST(ToolCallParserTest, StreamsHoldBackWhatMayBecomeACall) {
+  EXPECT_EQ(tool_call_hold_from("Sure.", qwen3()), npos);
+  EXPECT_EQ(tool_call_hold_from("Sure.<tool_c", qwen3()), 5u);
+  EXPECT_EQ(tool_call_hold_from("Sure.<tool_call>\n{\"na", qwen3()), 5u);
+  EXPECT_EQ(tool_call_hold_from("{\"name\"", qwen3()), npos);
+  EXPECT_EQ(tool_call_hold_from("{\"name\"", ChatTemplate::from_name("llama3")), npos);
+  // Llama 3.1: a call is the whole completion, so whitespace and an opening '{' are held.
+  EXPECT_EQ(tool_call_hold_from("", llama31()), 0u);
+  EXPECT_EQ(tool_call_hold_from(" \n", llama31()), 0u);
+  EXPECT_EQ(tool_call_hold_from("\n{\"name\": \"ca", llama31()), 0u);
+  EXPECT_EQ(tool_call_hold_from("The {", llama31()), npos);
+  EXPECT_EQ(tool_call_hold_from("Sure <|python", llama31()), 5u);
+  EXPECT_EQ(tool_call_hold_from("Sure <|python_tag|>{", llama31()), 5u);
 }
 
 }  // namespace tool_call_parser_test

@@ -234,5 +234,39 @@ TEST_F(OpenAiToolCallsTest, StreamsHoldToolCallsBackUntilTheyAreWhole) {
   EXPECT_EQ(near_miss["content"], "a <tool is not a <tool_call");
 }
 
+TEST_F(OpenAiToolCallsTest, Llama31CallsWholeAndStreamed) {
+  const models::ChatTemplate llama = models::ChatTemplate::from_name("llama3.1");
+  const json body = {{"messages", {{{"role", "user"}, {"content", "2+3?"}}}},
+                     {"tools", {kCalculator}}};
+  const OpenAiCall call = parse_chat_call(body, tokenizer_, &llama, "", info_);
+  EXPECT_EQ(call.tool_syntax, &llama);
+  const std::string text = "{\"name\": \"calculator\", \"parameters\": {\"expression\": \"2+3\"}}";
+  const json response = openai_response(call, {finished(text)}, "chatcmpl-abc", 0, "m", tokenizer_);
+  const json& choice = response["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_TRUE(choice["message"]["content"].is_null());
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "calculator");
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"],
+            "{\"expression\": \"2+3\"}");
+
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  const OpenAiCall streaming = parse_chat_call(streamed_body, tokenizer_, &llama, "", info_);
+  const json calls = stream_assembled(streaming, "\n" + text, tokenizer_);
+  EXPECT_EQ(calls["content"], "");  // the call's opening brace was never sent as content
+  ASSERT_EQ(calls["tool_calls"].size(), 1u);
+  EXPECT_EQ(calls["tool_calls"][0]["function"]["arguments"], "{\"expression\": \"2+3\"}");
+  EXPECT_EQ(calls["finish_reason"], "tool_calls");
+  // An answer, or JSON that is not a call, is content, whole.
+  for (const std::string& plain :
+       {std::string("The answer is 5."), std::string("{\"answer\": 5}"), text + " Done."}) {
+    const json content = stream_assembled(streaming, plain, tokenizer_);
+    EXPECT_EQ(content["content"], plain);
+    EXPECT_TRUE(content["tool_calls"].empty());
+    EXPECT_EQ(content["finish_reason"], "stop");
+  }
+}
+
 }  // namespace openai_tool_calls_test
 }  // namespace ooze::serving
