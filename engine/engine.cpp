@@ -25,6 +25,7 @@
 #define OOZE_ROLLOUT_HAVE_CUDA_ALLOCATOR 1
 #endif
 #include "engine/block_manager.h"
+#include "engine/kv_cache_size.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -201,23 +202,24 @@ Engine::Loop::Loop(EngineOptions options)
     throw ConfigError("max_running_requests must be >= 1, got " +
                       std::to_string(options_.max_running_requests));
   }
+  // Read before the weights take their share: the cache's cap counts them in.
+  const std::optional<int64_t> available_memory_at_start =
+      device_.is_cpu() ? available_host_memory() : std::nullopt;
   model_ = models::TransformerModel(config_, dtype_);
   models::load_hf_weights(*model_, options_.model_dir);
   model_->to(device_);
   model_->eval();
 
-  const int64_t bytes_per_token = 2 * config_.num_hidden_layers * config_.num_key_value_heads *
-                                  config_.head_dim * static_cast<int64_t>(c10::elementSize(dtype_));
-  int64_t num_blocks = options_.kv_cache_blocks;
-  if (num_blocks <= 0) {
-    num_blocks =
-        options_.kv_cache_memory_mb * (int64_t{1} << 20) / (bytes_per_token * options_.block_size);
+  KvCacheDemand demand;
+  demand.bytes_per_token = 2 * config_.num_hidden_layers * config_.num_key_value_heads *
+                           config_.head_dim * static_cast<int64_t>(c10::elementSize(dtype_));
+  demand.context_length = config_.max_position_embeddings;
+  for (const torch::Tensor& parameter : model_->parameters()) {
+    demand.weight_bytes += parameter.numel() * static_cast<int64_t>(parameter.element_size());
   }
-  if (num_blocks < 1) {
-    throw ConfigError(
-        "the KV cache would have no block: raise kv_cache_memory_mb or set "
-        "kv_cache_blocks");
-  }
+  const KvCacheSize kv_cache_size =
+      choose_kv_cache_size(options_, demand, available_memory_at_start);
+  const int64_t num_blocks = kv_cache_size.blocks;
   cache_ =
       std::make_unique<models::KVCache>(config_, num_blocks, options_.block_size, dtype_, device_);
   blocks_ = std::make_unique<BlockManager>(num_blocks, options_.block_size,
@@ -238,6 +240,8 @@ Engine::Loop::Loop(EngineOptions options)
   info_.num_blocks = num_blocks;
   info_.max_running_requests = options_.max_running_requests;
   info_.eos_token_ids = eos_token_ids(options_.model_dir, config_, tokenizer_);
+  info_.kv_cache_bytes = kv_cache_size.bytes;
+  info_.kv_cache_sizing = kv_cache_size.why;
 
   seed_source_.seed(options_.seed != 0 ? static_cast<uint64_t>(options_.seed)
                                        : std::random_device{}());

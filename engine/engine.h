@@ -53,8 +53,11 @@ struct EngineOptions {
   std::string dtype = "auto";         // "auto" (config.json's torch_dtype), "float32", "bfloat16"
   std::string device = "cpu";         // "cpu" or "cuda[:N]"
   int64_t max_running_requests = 64;  // sequences decoding at once
-  int64_t kv_cache_blocks = 0;        // 0: as many as kv_cache_memory_mb holds
-  int64_t kv_cache_memory_mb = 1024;
+  // The KV cache (engine/kv_cache_size.h): kv_cache_blocks, else kv_cache_memory_mb, else (both
+  // 0) what max_running_requests can use, within mem_fraction_static of the available memory.
+  int64_t kv_cache_blocks = 0;
+  int64_t kv_cache_memory_mb = 0;
+  double mem_fraction_static = 0.5;
   int64_t block_size = 16;              // tokens per KV block
   int64_t chunked_prefill_size = 2048;  // prompt tokens computed per step, at most
   bool enable_prefix_caching = true;
@@ -73,6 +76,9 @@ struct EngineOptions {
 inline EngineOptions launched_engine_defaults() {
   EngineOptions options;
   options.intra_op_threads = 1;
+  // Engines share the machine with the trainer, which allocates after them: a fixed cache
+  // rather than a share of what happens to be free when they start.
+  options.kv_cache_memory_mb = 1024;
   return options;
 };
 
@@ -113,6 +119,8 @@ struct EngineInfo {
   int64_t num_blocks = 0;
   int64_t max_running_requests = 0;
   std::vector<int64_t> eos_token_ids;
+  int64_t kv_cache_bytes = 0;
+  std::string kv_cache_sizing;  // why the cache has that size (engine/kv_cache_size.h)
 };
 
 // Thrown by submit() while the engine's weights are incomplete (a weight sync was interrupted):

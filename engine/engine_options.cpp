@@ -19,8 +19,14 @@ const OptionFields<EngineOptions>& EngineOptions::fields() {
           "KV-cache blocks; 0: as many as kv_cache_memory_mb holds.")
         .min(0);
     f.add("kv_cache_memory_mb", &O::kv_cache_memory_mb,
-          "KV-cache memory when kv_cache_blocks is 0.")
-        .min(1);
+          "KV-cache memory when kv_cache_blocks is 0; 0: what max_running_requests can use at "
+          "the model's full context, within mem_fraction_static.")
+        .min(0);
+    f.add("mem_fraction_static", &O::mem_fraction_static,
+          "With the KV cache sized automatically: the weights and the cache take at most this "
+          "fraction of the memory available at start (SGLang's flag).")
+        .min(0.01)
+        .max(1.0);
     f.add("block_size", &O::block_size, "Tokens per KV-cache block.").min(1);
     f.add("chunked_prefill_size", &O::chunked_prefill_size,
           "Prompt tokens computed per step, at most.")
@@ -47,8 +53,9 @@ const OptionFields<EngineOptions>& EngineOptions::launched_engine_fields() {
     f.add("engine_max_running_requests", &O::max_running_requests,
           "Sequences each engine decodes at once.")
         .min(1);
-    f.add("engine_kv_cache_memory_mb", &O::kv_cache_memory_mb, "KV-cache memory of each engine.")
-        .min(1);
+    f.add("engine_kv_cache_memory_mb", &O::kv_cache_memory_mb,
+          "KV-cache memory of each engine; 0: sized as `ooze serve` sizes it.")
+        .min(0);
     f.add("engine_threads", &O::intra_op_threads, "Intra-op CPU threads of each engine.").min(1);
     return f;
   }();

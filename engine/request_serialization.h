@@ -96,7 +96,7 @@ template <class Archive>
 void serialize(Archive& ar, EngineInfo& info) {
   ar(info.model_path, info.served_model_name, info.dtype, info.device, info.vocab_size,
      info.context_length, info.block_size, info.num_blocks, info.max_running_requests,
-     info.eos_token_ids);
+     info.eos_token_ids, info.kv_cache_bytes, info.kv_cache_sizing);
 }
 
 }  // namespace ooze::engine

@@ -1,6 +1,8 @@
 #include "launcher/cluster_command.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -41,15 +43,16 @@ ConfigSchema start_schema() {
   schema.section("start");
   schema.add_bool("head", false, "Start the head (and a node) on this machine.");
   schema.add_string("address", "", "HEAD_IP:PORT of the head to join (not with --head).");
-  schema.add_string("host", "127.0.0.1",
-                    "With --head: the IP the head listens on (other machines must reach it); "
-                    "loopback by default.");
+  schema.add_string("host", "",
+                    "With --head: the IP the head listens on. Default: every interface, other "
+                    "machines joining at this machine's address (printed); 127.0.0.1 keeps the "
+                    "cluster on this machine.");
   schema.add_int("port", 6380, "With --head: the head's port.").min(1).max(65535);
   schema.add_string("node_ip", "",
                     "The IP this node's workers listen on, which every other machine of the "
-                    "cluster must reach; default: --host for the head, else this machine's "
-                    "address on the route to the head (127.0.0.1 when the head is on "
-                    "loopback).");
+                    "cluster must reach; default: --host for the head (this machine's address "
+                    "when it listens on every interface), else this machine's address on the "
+                    "route to the head (127.0.0.1 when the head is on loopback).");
   schema.add_string(
       "resources", "",
       "This node's resources as JSON, e.g. {\"CPU\":8,\"GPU\":4}; default: detected.");
@@ -120,6 +123,33 @@ std::string local_address_towards(const std::string& head_address) {
   return text;
 }
 
+// This machine's address as other machines see it: the interface on its default route (a UDP
+// socket pointed at a public address; nothing is sent), else its first non-loopback IPv4
+// interface; nullopt when it has only loopback.
+std::optional<std::string> this_machine_address() {
+  try {
+    return local_address_towards("8.8.8.8:53");
+  } catch (const ConfigError&) {
+    // No default route: an isolated network still has interfaces of its own.
+  }
+  ifaddrs* interfaces = nullptr;
+  if (getifaddrs(&interfaces) != 0) return std::nullopt;
+  std::optional<std::string> found;
+  for (const ifaddrs* entry = interfaces; entry != nullptr && !found; entry = entry->ifa_next) {
+    if (entry->ifa_addr == nullptr || entry->ifa_addr->sa_family != AF_INET) continue;
+    if ((entry->ifa_flags & IFF_UP) == 0 || (entry->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    const auto* address = reinterpret_cast<const sockaddr_in*>(entry->ifa_addr);
+    if (inet_ntop(AF_INET, &address->sin_addr, text, sizeof(text)) != nullptr) found = text;
+  }
+  freeifaddrs(interfaces);
+  return found;
+}
+
+bool is_loopback(const std::string& host) {
+  return host.rfind("127.", 0) == 0 || host == "localhost";
+}
+
 std::string pid_file() { return kClusterDir + "/ooze-" + std::to_string(getpid()) + ".pid"; }
 
 // Blocks SIGTERM and SIGINT in every thread started after this, and waits for one.
@@ -165,14 +195,26 @@ int serve(const Config& flags, int ready_fd) {
   std::unique_ptr<actors::Head> head;
   std::string head_address = flags.get<std::string>("address");
   std::string node_ip = flags.get<std::string>("node_ip");
+  std::string loopback_note;
   if (is_head) {
-    const std::string host = flags.get<std::string>("host");
+    // By default the head listens on every interface and names the one other machines reach,
+    // so that the join command it prints works where it is pasted.
+    std::string host = flags.get<std::string>("host");
+    if (host.empty()) host = "0.0.0.0";
     const std::string port = std::to_string(flags.get<int64_t>("port"));
     if (node_ip.empty()) node_ip = host;
     if (is_wildcard(node_ip)) {
-      throw ConfigError("--host " + host +
-                        " listens on every interface, which says nothing of the one other "
-                        "machines reach this node at: give it with --node-ip IP");
+      const std::optional<std::string> reachable = this_machine_address();
+      node_ip = reachable.value_or("127.0.0.1");
+      if (!reachable) {
+        loopback_note =
+            "(this machine has no network address but loopback: only processes on it can "
+            "join)\n";
+      }
+    } else if (is_loopback(node_ip)) {
+      loopback_note =
+          "(listening on loopback only: other machines cannot join; start the head without "
+          "--host, or with --host set to this machine's IP, to let them)\n";
     }
     actors::HeadOptions options;
     options.endpoint = "tcp://" + host + ":" + port;
@@ -207,7 +249,7 @@ int serve(const Config& flags, int ready_fd) {
            << actors::format_resources(resources) << "\n"
            << "join other machines with:\n  ooze start --address " << head_address << " --token "
            << token << "\n"
-           << "drivers: ooze train --address " << head_address
+           << loopback_note << "drivers: ooze train --address " << head_address
            << " (on other machines with OOZE_CLUSTER_TOKEN=" << token << ")\n";
   } else {
     banner << "ooze node " << node.node_id() << " " << actors::format_resources(resources)

@@ -11,6 +11,7 @@
 
 #include "actors/runtime.h"
 #include "core/error.h"
+#include "core/logging.h"
 #include "launcher/cluster_command.h"
 #include "launcher/job_restarts.h"
 #include "launcher/model_init_command.h"
@@ -74,6 +75,11 @@ int config_help(const std::vector<std::string>& args) {
   return 2;
 }
 
+// Once the job is stopping (a signal, or an error that ends it), engines and ranks go away because
+// the stop takes them away: the router's retries and the rollout's failed aborts that would report
+// it are noise after the one line that says why the job stops. Errors still print.
+void quiet_while_stopping() { ooze::set_log_level(ooze::LogLevel::ERROR); }
+
 // Ctrl-C (SIGINT) and SIGTERM stop a command that starts actors as a whole: one thread waits for
 // either (blocked here, before any thread starts, so that no other thread takes them; workers
 // unblock them), stops the actor runtime (workers killed and reaped, a cluster's head told to
@@ -97,6 +103,7 @@ void stop_on_signals(const std::string& command) {
     if (sigwait(&signals, &signal) != 0) return;
     std::fprintf(stderr, "ooze %s: interrupted: stopping its actors (%s)\n", command.c_str(),
                  signal == SIGINT ? "SIGINT" : "SIGTERM");
+    quiet_while_stopping();
     ooze::actors::shutdown_before_exit();
     std::fprintf(stderr, "ooze %s: stopped\n", command.c_str());
     std::fflush(nullptr);
@@ -110,6 +117,7 @@ void stop_on_signals(const std::string& command) {
 // running when it throws: shut down, the runtime would no longer know of the deaths.
 int fail(const std::string& command, const std::string& message) {
   std::cerr << "ooze " << command << ": " << message << std::endl;
+  quiet_while_stopping();
   ooze::launcher::report_dead_actors(
       command, message, ooze::actors::dead_actors(ooze::launcher::kDeathSettle), std::cerr);
   ooze::actors::shutdown();

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <thread>
 
@@ -16,6 +17,7 @@ namespace {
 const char* kServeUsage =
     "usage: ooze serve --model DIR [--host 127.0.0.1] [--port 30000] [--api-key KEY]\n"
     "                  [--max-running-requests N] [--kv-cache-blocks N] [--kv-cache-memory-mb MB]\n"
+    "                  [--mem-fraction-static F]\n"
     "                  [--block-size N] [--chunked-prefill-size N] [--disable-prefix-caching]\n"
     "                  [--dtype auto|float32|bfloat16] [--device cpu|cuda[:N]]\n"
     "                  [--served-model-name NAME] [--threads N] [--http-threads N] [--seed N]\n"
@@ -75,9 +77,15 @@ int run_serve_command(const std::vector<std::string>& args) {
   engine::Engine engine(engine_options);
   serving::EngineServer server(engine, server_options);
   const engine::EngineInfo& info = engine.info();
+  char kv_cache_mb[32];
+  std::snprintf(kv_cache_mb, sizeof(kv_cache_mb), "%.1f",
+                static_cast<double>(info.kv_cache_bytes) / (1 << 20));
   std::cout << "ooze serve: " << info.served_model_name << " (" << info.dtype << ", " << info.device
-            << ", " << info.num_blocks << " KV blocks of " << info.block_size << " tokens, context "
-            << info.context_length << ")\n"
+            << ", context " << info.context_length << ")\n"
+            << "ooze serve: KV cache " << kv_cache_mb << " MB, " << info.num_blocks << " blocks of "
+            << info.block_size << " tokens: " << info.kv_cache_sizing
+            << (info.device == "cpu" ? " (its pages become resident as blocks are used)" : "")
+            << "\n"
             << "ooze serve: listening on " << server.url() << std::endl;
 
   int signal = 0;

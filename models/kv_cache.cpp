@@ -1,6 +1,10 @@
 #include "models/kv_cache.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <unordered_map>
 
@@ -10,6 +14,23 @@ namespace ooze::models {
 namespace {
 
 std::string sequence_name(size_t index) { return "sequence " + std::to_string(index); }
+
+// A zeroed CPU tensor in anonymous mapped memory: the kernel hands out zero pages as they are
+// first written, so a cache sized for the worst case keeps resident only the blocks in use
+// (torch::zeros would write, and so commit, every page at once).
+torch::Tensor zeroed_on_first_touch(const std::vector<int64_t>& shape, c10::ScalarType dtype) {
+  size_t bytes = c10::elementSize(dtype);
+  for (const int64_t size : shape) bytes *= static_cast<size_t>(size);
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (memory == MAP_FAILED) {
+    throw Error("KVCache: cannot map " + std::to_string(bytes) +
+                " bytes for a layer's keys or values: " + std::strerror(errno));
+  }
+  return torch::from_blob(
+      memory, shape, [bytes](void* data) { munmap(data, bytes); },
+      torch::TensorOptions().dtype(dtype));
+}
 
 }  // namespace
 
@@ -35,8 +56,13 @@ void KVCache::allocate() {
   keys_.clear();
   values_.clear();
   for (int64_t layer = 0; layer < num_layers_; ++layer) {
-    keys_.push_back(torch::zeros(shape, options));
-    values_.push_back(torch::zeros(shape, options));
+    if (device_.is_cpu()) {
+      keys_.push_back(zeroed_on_first_touch(shape, dtype_));
+      values_.push_back(zeroed_on_first_touch(shape, dtype_));
+    } else {
+      keys_.push_back(torch::zeros(shape, options));
+      values_.push_back(torch::zeros(shape, options));
+    }
   }
 }
 

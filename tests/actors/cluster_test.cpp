@@ -58,9 +58,9 @@ class ClusterTest : public ::testing::Test {
     address_ = new std::string("127.0.0.1:" + std::to_string(::ooze::testing::pick_free_port()));
     processes_ = new std::vector<Process>();
     std::string port = address_->substr(address_->find(':') + 1);
-    processes_->push_back(
-        start({"--head", "--port", port, "--resources", R"({"CPU":4})", "--node-timeout-ms",
-               std::to_string(kTimeoutMs), "--client-timeout-ms", std::to_string(kTimeoutMs)}));
+    processes_->push_back(start({"--head", "--host", "127.0.0.1", "--port", port, "--resources",
+                                 R"({"CPU":4})", "--node-timeout-ms", std::to_string(kTimeoutMs),
+                                 "--client-timeout-ms", std::to_string(kTimeoutMs)}));
     for (int i = 0; i < 2; ++i) {
       processes_->push_back(start({"--address", *address_, "--resources", R"({"CPU":4,"GPU":4})"}));
     }

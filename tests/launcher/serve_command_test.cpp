@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <thread>
 
@@ -73,6 +75,56 @@ TEST(ServeCommand, ServesUntilSigtermThenAbortsAndExitsZero) {
   const ::ooze::testing::ExitStatus status = serve.wait(std::chrono::seconds(30));
   EXPECT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << serve.output();
   EXPECT_NE(serve.output().find("ooze serve: stopped"), std::string::npos) << serve.output();
+}
+
+// VmRSS of process `pid` in bytes (0 when unreadable).
+int64_t resident_bytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string key; status >> key;) {
+    int64_t kib = 0;
+    if (key == "VmRSS:" && status >> kib) return kib * 1024;
+  }
+  return 0;
+}
+
+// By default the KV cache holds what the engine can use and no more, and the start-up line says
+// how much it took and why: for the tiny model, --max-running-requests 64 at its full context,
+// worked out here from its config.json.
+TEST(ServeCommand, KvCacheIsSizedForItsRequestsAndSaysWhy) {
+  if (!std::filesystem::exists(ooze_binary())) {
+    GTEST_SKIP() << ooze_binary() << " is not built (ninja -C build ooze)";
+  }
+  const std::string model = ::ooze::testing::tiny_model_dir();
+  const json config = json::parse(std::ifstream(model + "/config.json"));
+  const int64_t context = config["max_position_embeddings"].get<int64_t>();
+  const int64_t head_dim =
+      config.value("head_dim", config["hidden_size"].get<int64_t>() /
+                                   config["num_attention_heads"].get<int64_t>());
+  const int64_t bytes_per_token = 2 * config["num_hidden_layers"].get<int64_t>() *
+                                  config["num_key_value_heads"].get<int64_t>() * head_dim * 4;
+  const int64_t blocks = 64 * ((context + 15) / 16);
+  char expected[256];
+  std::snprintf(expected, sizeof(expected),
+                "ooze serve: KV cache %.1f MB, %lld blocks of 16 tokens: enough for "
+                "--max-running-requests 64 at the full context of %lld tokens (its pages become "
+                "resident as blocks are used)",
+                static_cast<double>(blocks * 16 * bytes_per_token) / (1 << 20),
+                static_cast<long long>(blocks), static_cast<long long>(context));
+
+  const std::string dir = ::ooze::testing::make_temp_dir("serve-kv");
+  ::ooze::testing::Process serve(
+      {ooze_binary(), "serve", "--model", model, "--port", "0", "--threads", "1"},
+      {{"OMP_NUM_THREADS", "1"}}, dir + "/serve.log");
+  ASSERT_GT(wait_for_port(serve, std::chrono::seconds(60)), 0) << serve.output();
+  EXPECT_NE(serve.output().find(expected), std::string::npos)
+      << "expected \"" << expected << "\" in:\n"
+      << serve.output();
+  // On the CPU the cache's pages become resident as blocks are used: an idle server holds
+  // LibTorch and the model (well under 400 MB here), not the whole cache.
+  const int64_t rss = resident_bytes(serve.pid());
+  EXPECT_GT(rss, 0);
+  EXPECT_LT(rss, int64_t{400} << 20)
+      << "resident " << rss << " bytes with a cache of " << blocks * 16 * bytes_per_token;
 }
 
 TEST(ServeCommand, MissingModelIsAnError) {

@@ -57,7 +57,8 @@ class TrainClusterTest : public ::testing::Test {
     cluster_dir_ = dir_ + "/cluster";
     const std::string port = std::to_string(::ooze::testing::pick_free_port());
     address_ = "127.0.0.1:" + port;
-    head_ = start_service("head", {"--head", "--port", port, "--resources", "{}"});
+    head_ = start_service("head",
+                          {"--head", "--host", "127.0.0.1", "--port", port, "--resources", "{}"});
     // Nodes join with the token the head saved in the cluster directory.
     const auto deadline = std::chrono::steady_clock::now() + 30s;
     while (!std::filesystem::exists(cluster_dir_ + "/token")) {
