@@ -1,5 +1,7 @@
 #include "launcher/experiment_data.h"
 
+#include "rollout/reward_label_check.h"
+
 namespace ooze::launcher {
 
 ExperimentData ExperimentData::load(const Config& config) {
@@ -15,6 +17,14 @@ ExperimentData ExperimentData::load(const Config& config) {
     data.eval_datasets.emplace_back(eval.name, data.eval_data.back().get());
   }
   return data;
+}
+
+void ExperimentData::check_reward_labels(const rollout::RewardModel& rewards,
+                                         const rollout::RolloutOptions& rollout) const {
+  if (!rollout.rollout_function_path.empty() || !rollout.data_source_path.empty()) return;
+  rollout::check_reward_labels(rewards, *prompts);
+  if (!rollout.eval_function_path.empty()) return;
+  for (const auto& [name, dataset] : eval_datasets) rollout::check_reward_labels(rewards, *dataset);
 }
 
 }  // namespace ooze::launcher

@@ -15,6 +15,7 @@
 #include "core/config.h"
 #include "models/tokenizer.h"
 #include "rollout/prompt_dataset.h"
+#include "rollout/reward_model.h"
 #include "rollout/rollout_options.h"
 
 namespace ooze::launcher {
@@ -30,6 +31,12 @@ struct ExperimentData {
 
   // Reads hf_checkpoint's tokenizer and the fields of add_prompt_data_fields and add_eval_fields.
   static ExperimentData load(const Config& config);
+
+  // Refuses prompt and eval data whose prompts a built-in reward rule would score 0 for want of
+  // a label (rollout/reward_label_check.h). Not with a rollout function or a data source of the
+  // user's (nor the eval data with an eval function): the samples need not come from this data.
+  void check_reward_labels(const rollout::RewardModel& rewards,
+                           const rollout::RolloutOptions& rollout) const;
 };
 
 }  // namespace ooze::launcher

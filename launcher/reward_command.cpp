@@ -5,7 +5,10 @@
 
 #include "core/config.h"
 #include "python/hook_args.h"
+#include "rollout/reward_label_check.h"
 #include "rollout/reward_model.h"
+#include "rollout/rewards/builtin_rewards.h"
+#include "rollout/rewards/reward_label.h"
 
 namespace ooze::launcher {
 namespace {
@@ -13,7 +16,27 @@ namespace {
 // Lines scored at once: enough to keep --reward-threads busy, few enough that answers stream.
 constexpr size_t kChunk = 256;
 
-rollout::Sample sample_from_line(const std::string& line, int64_t number) {
+std::string key_list(const nlohmann::json& object) {
+  std::string keys;
+  for (auto it = object.begin(); it != object.end(); ++it)
+    keys += (keys.empty() ? "" : ", ") + it.key();
+  return keys.empty() ? "none" : keys;
+}
+
+// `rule` (a built-in --rm-type, "" for other rewards) would score 0 whatever the response:
+// the line has no label to compare with (rollout/rewards/reward_label.h).
+void check_label(const std::string& rule, const rollout::Sample& sample,
+                 const nlohmann::json& line) {
+  if (rule.empty()) return;
+  const std::string type = rollout::effective_reward_type(rule, sample);
+  if (rollout::has_reference_answer(type, sample.label, sample.metadata)) return;
+  const std::string flag = type == rule ? "--rm-type " + type : "rm_type " + type + " (metadata)";
+  throw FormatError(flag + " compares the response to a label, but the line's 'label' is " +
+                    (line.contains("label") ? "empty" : "missing") +
+                    " (its keys: " + key_list(line) + ")");
+}
+
+rollout::Sample sample_from_line(const std::string& line, int64_t number, const std::string& rule) {
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(line);
@@ -39,6 +62,7 @@ rollout::Sample sample_from_line(const std::string& line, int64_t number) {
     sample.prompt = prompt->get<std::string>();
   }
   sample.status = rollout::Sample::Status::kCompleted;
+  check_label(rule, sample, json);
   return sample;
 }
 
@@ -55,6 +79,7 @@ int run_reward_command(const std::vector<std::string>& args, std::istream& in, s
   }
   python::set_hook_args(config->to_json());
   rollout::RewardModel rewards(rollout::RewardOptions::fields().read(*config));
+  const std::string rule = rollout::checked_reward_rule(rewards);
 
   bool failed = false;
   int64_t line_number = 0;
@@ -71,7 +96,7 @@ int run_reward_command(const std::vector<std::string>& args, std::istream& in, s
       numbers.push_back(line_number);
       answers.emplace_back();
       try {
-        samples.emplace_back(sample_from_line(line, line_number));
+        samples.emplace_back(sample_from_line(line, line_number, rule));
       } catch (const Error& error) {
         samples.emplace_back();
         answers.back() =

@@ -11,6 +11,8 @@
 //
 //   ooze reward --custom-rm-path my_rewards.reward_func < lines.jsonl     # or my_rewards.py:fn
 //
+// A line a built-in rule cannot score for want of a label (every --rm-type but random compares
+// with one; rollout/rewards/reward_label.h) answers an error naming the keys the line has.
 // Lines are scored in chunks of 256: an async Python function's calls of a chunk overlap, and a
 // batched function (--group-rm) gets a chunk per call. A line that cannot be scored answers
 // {"error": "line N: ..."} and the exit status is then 1; the other lines are still scored.

@@ -59,10 +59,17 @@ int run_rollout_command(const std::vector<std::string>& args, std::ostream& out)
   reward_options.environment_rewards = !config->get<std::string>("env_url").empty();
   rollout::RewardModel rewards(reward_options);
   const rollout::RolloutOptions rollout_options = rollout::RolloutOptions::fields().read(*config);
+  data.check_reward_labels(rewards, rollout_options);
   // Loaded here to fail before any engine starts; the rollout manager loads them again.
   rollout::RolloutFunctions::load(rollout_options, rewards);
   const int64_t num_rollout =
       rollout::num_rollouts(*config, data.prompts->size(), rollout_options.rollout_batch_size);
+  if (rollout_options.data_source_path.empty()) {
+    if (auto note =
+            rollout::rollout_epochs_note(*data.prompts, rollout_options.rollout_batch_size)) {
+      OOZE_LOG(INFO) << *note;
+    }
+  }
   const std::string save_pattern = config->get<std::string>("save_debug_rollout_data");
 
   // Running engines (ooze serve) when given, else local ones behind servers on loopback.

@@ -7,6 +7,7 @@
 
 #include "actors/runtime.h"
 #include "core/config.h"
+#include "core/logging.h"
 #include "launcher/experiment_data.h"
 #include "launcher/job_restarts.h"
 #include "launcher/rl_loop.h"
@@ -14,6 +15,7 @@
 #include "launcher/train_data_hooks.h"
 #include "launcher/train_plan.h"
 #include "python/hook_args.h"
+#include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
 #include "rollout/rollout_functions.h"
 #include "rollout/rollout_hooks.h"
@@ -41,8 +43,10 @@ void run_job(const Config& config, const TrainPlan& plan, const ExperimentData& 
     rollout::RewardOptions reward_options = rollout::RewardOptions::fields().read(config);
     reward_options.environment_rewards = !config.get<std::string>("env_url").empty();
     rewards.emplace(reward_options);
+    const rollout::RolloutOptions rollout_options = rollout::RolloutOptions::fields().read(config);
+    data.check_reward_labels(*rewards, rollout_options);
     // Loaded here to fail before any process starts; the rollout manager loads them again.
-    rollout::RolloutFunctions::load(rollout::RolloutOptions::fields().read(config), *rewards);
+    rollout::RolloutFunctions::load(rollout_options, *rewards);
   }
   const rollout::RolloutHooks hooks(rollout::RolloutHookOptions::fields().read(config));
   const TrainDataHooks train_data(TrainDataHookOptions::fields().read(config));
@@ -69,6 +73,10 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
   check_model_directory(config->get<std::string>("hf_checkpoint"), "--hf-checkpoint");
   const ExperimentData data = ExperimentData::load(*config);
   const TrainPlan plan = TrainPlan::resolve(*config, data.prompts->size());
+  if (config->get<std::string>("data_source_path").empty()) {
+    const int64_t batch = config->get<int64_t>("rollout_batch_size");
+    if (auto note = rollout::rollout_epochs_note(*data.prompts, batch)) OOZE_LOG(INFO) << *note;
+  }
 
   // --max-restarts: a trainer rank's death restarts the job from its last checkpoint.
   for (int64_t restarts = 0;; ++restarts) {

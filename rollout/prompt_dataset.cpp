@@ -449,6 +449,9 @@ PromptDataset::PromptDataset(PromptDatasetOptions options, const models::Tokeniz
     }
   }
   records_read_ = static_cast<int64_t>(records.size());
+  if (const json first = json::parse(records.front().text, nullptr, false); first.is_object()) {
+    for (auto it = first.begin(); it != first.end(); ++it) first_record_keys_.push_back(it.key());
+  }
 
   // Every line is checked before any is used, so one run reports all that is wrong.
   std::vector<ParsedLine> parsed;

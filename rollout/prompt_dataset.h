@@ -10,7 +10,9 @@
 //                              (or a string, taken as one user message) rendered with the chat
 //                              template and its generation prompt.
 //   label (--label-key)        a string, or any other JSON kept as its JSON text ("4", "[1,2]");
-//                              null is "". Not read unless --label-key is given.
+//                              null is "". Not read unless --label-key is given. The built-in
+//                              rewards read a list of strings as its acceptable answers and
+//                              refuse data without labels (rollout/reward_label_check.h).
 //   metadata (--metadata-key)  any JSON, usually an object; a string holding a JSON object or
 //                              array is parsed. Absent or null: {}.
 //   tools (--tool-key)         a list of tool definitions (or a string holding one), kept on the
@@ -98,6 +100,8 @@ class PromptDataset {
   // dropped for being longer than max_prompt_len.
   int64_t records_read() const { return records_read_; }
   int64_t dropped_too_long() const { return dropped_too_long_; }
+  // The keys of the first record (sorted): what a message about a missing key lists.
+  const std::vector<std::string>& first_record_keys() const { return first_record_keys_; }
 
   // Identifies what this dataset yields, for resume checks: the file's CRC-32 and size, the
   // options that change prompts (keys, chat template, length limit, row slice) and the prompt
@@ -110,6 +114,7 @@ class PromptDataset {
   std::vector<Prompt> prompts_;
   int64_t records_read_ = 0;
   int64_t dropped_too_long_ = 0;
+  std::vector<std::string> first_record_keys_;
   std::string fingerprint_;
 };
 

@@ -344,6 +344,20 @@ int64_t num_rollouts(const Config& config, int64_t dataset_size, int64_t rollout
                       dataset_size, rollout_batch_size);
 }
 
+std::optional<std::string> rollout_epochs_note(const PromptDataset& dataset,
+                                               int64_t rollout_batch_size) {
+  const int64_t prompts = dataset.size();
+  if (rollout_batch_size <= prompts) return std::nullopt;
+  std::ostringstream epochs;
+  epochs.precision(3);
+  epochs << static_cast<double>(rollout_batch_size) / static_cast<double>(prompts);
+  const PromptDatasetOptions& options = dataset.options();
+  return options.flags.path + " " + options.path + " has " + std::to_string(prompts) +
+         " prompts, fewer than --rollout-batch-size " + std::to_string(rollout_batch_size) +
+         ": each rollout spans " + epochs.str() +
+         " epochs of it, so its prompts repeat within a rollout";
+}
+
 void add_prompt_data_fields(ConfigSchema& schema) {
   PromptDatasetOptions::fields().declare(schema);
   PromptSourceOptions::fields().declare(schema);

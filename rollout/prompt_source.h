@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,12 @@ int64_t num_rollouts(int64_t num_rollout, int64_t num_epoch, int64_t dataset_siz
                      int64_t rollout_batch_size);
 // The same with num_rollout and num_epoch read from `config`.
 int64_t num_rollouts(const Config& config, int64_t dataset_size, int64_t rollout_batch_size);
+
+// When one rollout draws more prompts than `dataset` has (allowed: the draw wraps into the next
+// epoch, so a prompt repeats within a rollout), the start-up line that says so: the dataset's
+// prompt count and the epochs a rollout spans. nullopt when a rollout fits in one epoch.
+std::optional<std::string> rollout_epochs_note(const PromptDataset& dataset,
+                                               int64_t rollout_batch_size);
 
 // Declares the "data" section, Slime's names and defaults: PromptDatasetOptions' and
 // PromptSourceOptions' flags, num_epoch and num_rollout. A bad chat template name or kwargs is

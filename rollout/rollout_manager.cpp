@@ -367,7 +367,8 @@ RolloutManager::RolloutManager(RolloutOptions options, PromptSource& source,
       router_(router),
       tokenizer_(tokenizer),
       rewards_(rewards),
-      functions_(RolloutFunctions::load(options_, rewards)) {
+      functions_(RolloutFunctions::load(options_, rewards)),
+      reward_watch_(options_.sampling, rewards.source(), rewards.options().reward_key) {
   if (functions_.data_source) functions_.data_source->build(hook_services(nullptr));
 }
 
@@ -476,7 +477,14 @@ RolloutResult RolloutManager::generate_with_function(int64_t rollout_id) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.metrics["perf/rollout_time"] = seconds;
   result.metrics["perf/rollout_tokens_per_sec"] = generator.stats().generated_tokens / seconds;
+  watch_rewards(result, generator.stats());
   return result;
+}
+
+void RolloutManager::watch_rewards(const RolloutResult& result, const GenerationStats& stats) {
+  if (auto warning = reward_watch_.observe(result.rollout_id, result.groups, stats)) {
+    OOZE_LOG(WARN) << *warning;
+  }
 }
 
 void RolloutManager::process_all_samples(const std::vector<std::vector<Sample>>& groups) {
@@ -581,6 +589,7 @@ RolloutResult RolloutManager::generate(int64_t rollout_id) {
                 std::to_string(result.groups.size()) + " groups instead of " +
                 std::to_string(batch));
   }
+  watch_rewards(result, stats);
   return result;
 }
 

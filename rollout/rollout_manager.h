@@ -53,6 +53,7 @@
 #include "rollout/rollout_options.h"
 #include "rollout/sample.h"
 #include "rollout/sample_generation.h"
+#include "rollout/uniform_reward_watch.h"
 #include "serving/router.h"
 #include "serving/session_server.h"
 
@@ -130,6 +131,8 @@ class RolloutManager {
   // prompts behind the partial-rollout buffer.
   HookServices hook_services(SampleGenerator* generator);
   RolloutResult generate_with_function(int64_t rollout_id);
+  // The uniform-reward warning (uniform_reward_watch.h) for a finished rollout.
+  void watch_rewards(const RolloutResult& result, const GenerationStats& stats);
   // --rollout-all-samples-process-path on the groups that finished.
   void process_all_samples(const std::vector<std::vector<Sample>>& groups);
   // Generates and scores the groups of `round` concurrently until it has what it wants.
@@ -148,6 +151,8 @@ class RolloutManager {
   const models::Tokenizer& tokenizer_;
   RewardModel& rewards_;
   RolloutFunctions functions_;
+  // Warns when the rewards of several rollouts in a row are all the same.
+  UniformRewardWatch reward_watch_;
   std::vector<std::vector<Sample>> buffer_;
   std::atomic<bool> cancelled_{false};
   std::mutex sessions_mutex_;

@@ -228,11 +228,30 @@ void SampleGenerator::count(const nlohmann::json& output) {
   prompt_tokens_ += meta.value("prompt_tokens", int64_t{0});
   cached_prompt_tokens_ += meta.value("cached_tokens", int64_t{0});
   generated_tokens_ += meta.value("completion_tokens", int64_t{0});
+  const nlohmann::json finish = meta.value("finish_reason", nlohmann::json());
+  if (!finish.is_object() || finish.value("type", "") == "abort") return;
+  ++finished_outputs_;
+  // SGLang's "matched": the stop string, or the token id (a stop token's or EOS).
+  const nlohmann::json matched = finish.value("matched", nlohmann::json());
+  if (matched.is_string()) ++stopped_on_stop_string_;
+  if (matched.is_number_integer()) {
+    const std::vector<int64_t>& ids = sampling_.stop_token_ids;
+    if (std::find(ids.begin(), ids.end(), matched.get<int64_t>()) != ids.end()) {
+      ++stopped_on_stop_token_;
+    }
+  }
 }
 
 GenerationStats SampleGenerator::stats() const {
-  return {requests_.load(), prompt_tokens_.load(), cached_prompt_tokens_.load(),
-          generated_tokens_.load()};
+  GenerationStats stats;
+  stats.requests = requests_.load();
+  stats.prompt_tokens = prompt_tokens_.load();
+  stats.cached_prompt_tokens = cached_prompt_tokens_.load();
+  stats.generated_tokens = generated_tokens_.load();
+  stats.finished_outputs = finished_outputs_.load();
+  stats.stopped_on_stop_string = stopped_on_stop_string_.load();
+  stats.stopped_on_stop_token = stopped_on_stop_token_.load();
+  return stats;
 }
 
 int64_t SampleGenerator::append_observation(Sample& sample, const std::string& text) {

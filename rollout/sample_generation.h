@@ -64,6 +64,11 @@ struct GenerationStats {
   int64_t prompt_tokens = 0;
   int64_t cached_prompt_tokens = 0;  // prompt tokens the engines took from their prefix cache
   int64_t generated_tokens = 0;
+  // Outputs that finished, and those among them that ended on a --rollout-stop string or a
+  // --rollout-stop-token-ids token (not EOS): what tells a stop that cuts every answer short.
+  int64_t finished_outputs = 0;
+  int64_t stopped_on_stop_string = 0;
+  int64_t stopped_on_stop_token = 0;
   double cache_hit_rate() const {
     return prompt_tokens == 0 ? 0.0 : static_cast<double>(cached_prompt_tokens) / prompt_tokens;
   }
@@ -103,6 +108,9 @@ class SampleGenerator final : public plugin::GenerationContext {
   std::atomic<int64_t> prompt_tokens_{0};
   std::atomic<int64_t> cached_prompt_tokens_{0};
   std::atomic<int64_t> generated_tokens_{0};
+  std::atomic<int64_t> finished_outputs_{0};
+  std::atomic<int64_t> stopped_on_stop_string_{0};
+  std::atomic<int64_t> stopped_on_stop_token_{0};
 };
 
 // Appends `ids`, tokens the policy did not sample (a tool's answer), to the response: loss mask 0,

@@ -10,6 +10,7 @@
 #include "rollout/rewards/f1_reward.h"
 #include "rollout/rewards/gpqa_reward.h"
 #include "rollout/rewards/math_reward.h"
+#include "rollout/rewards/reward_label.h"
 #include "rollout/rewards/reward_text.h"
 
 namespace ooze::rollout {
@@ -43,6 +44,11 @@ double random_reward(int64_t sample_index, const std::string& response) {
   return static_cast<double>(hash >> 63);
 }
 
+// A rule's reward as a number: itself, or dapo's "score".
+double scalar_of(const nlohmann::json& reward) {
+  return reward.is_number() ? reward.get<double>() : reward.at("score").get<double>();
+}
+
 std::string type_list() {
   std::string list;
   for (const std::string& type : builtin_reward_types()) {
@@ -64,9 +70,13 @@ bool is_builtin_reward_type(const std::string& rm_type) {
 }
 
 std::string effective_reward_type(const std::string& rm_type_flag, const Sample& sample) {
-  if (sample.metadata.is_object()) {
-    const auto found = sample.metadata.find("rm_type");
-    if (found != sample.metadata.end() && found->is_string()) {
+  return effective_reward_type(rm_type_flag, sample.metadata);
+}
+
+std::string effective_reward_type(const std::string& rm_type_flag, const nlohmann::json& metadata) {
+  if (metadata.is_object()) {
+    const auto found = metadata.find("rm_type");
+    if (found != metadata.end() && found->is_string()) {
       const std::string from_sample = trim_ascii(found->get<std::string>());
       if (!from_sample.empty()) return from_sample;
     }
@@ -87,12 +97,23 @@ nlohmann::json score_builtin_reward(const std::string& rm_type, const Sample& sa
     type = type.substr(kBoxedPrefix.size());
     response = last_boxed_content(response).value_or("");
   }
-  if (type == "deepscaler") return deepscaler_reward(response, sample.label);
-  if (type == "dapo") return dapo_reward(response, sample.label);
-  if (type == "math") return math_reward(response, sample.label);
-  if (type == "f1") return f1_reward(response, sample.label);
-  if (type == "gpqa") return gpqa_reward(response, sample.label, sample.metadata);
-  return random_reward(sample.index, response);
+  if (type == "random") return random_reward(sample.index, response);
+  const auto score = [&](const std::string& label) -> nlohmann::json {
+    if (type == "deepscaler") return deepscaler_reward(response, label);
+    if (type == "dapo") return dapo_reward(response, label);
+    if (type == "math") return math_reward(response, label);
+    if (type == "f1") return f1_reward(response, label);
+    return gpqa_reward(response, label, sample.metadata);
+  };
+  // A list of answers: the best score over them (reward_label.h).
+  const std::vector<std::string> answers = label_answers(sample.label);
+  if (answers.size() <= 1) return score(answers.empty() ? sample.label : answers.front());
+  nlohmann::json best;
+  for (const std::string& answer : answers) {
+    nlohmann::json scored = score(answer);
+    if (best.is_null() || scalar_of(scored) > scalar_of(best)) best = std::move(scored);
+  }
+  return best;
 }
 
 }  // namespace ooze::rollout

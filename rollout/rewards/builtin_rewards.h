@@ -30,9 +30,12 @@ bool is_builtin_reward_type(const std::string& rm_type);
 // The type a sample is scored with, as Slime picks it: the sample's metadata "rm_type" when it
 // is a non-empty string, else `rm_type_flag` (--rm-type); trimmed.
 std::string effective_reward_type(const std::string& rm_type_flag, const Sample& sample);
+// The same from a prompt's metadata.
+std::string effective_reward_type(const std::string& rm_type_flag, const nlohmann::json& metadata);
 
 // The sample's reward by rule `rm_type`, from its response, label and metadata: a number, or
-// for dapo an object (use --reward-key score). Throws ooze::ConfigError naming the valid types
+// for dapo an object (use --reward-key score). A label listing several answers scores the best
+// of them (reward_label.h). Throws ooze::ConfigError naming the valid types
 // when `rm_type` is not one. Never throws for any response or label; safe to call concurrently.
 nlohmann::json score_builtin_reward(const std::string& rm_type, const Sample& sample);
 

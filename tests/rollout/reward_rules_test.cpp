@@ -19,6 +19,7 @@
 #include "rollout/rewards/math_equivalence.h"
 #include "rollout/rewards/math_normalization.h"
 #include "rollout/rewards/math_reward.h"
+#include "rollout/rewards/reward_label.h"
 #include "rollout/sample.h"
 #include "tests/support/expect_error.h"
 
@@ -396,6 +397,51 @@ TEST(BuiltinRewards, MetadataTypeOverridesTheFlag) {
   EXPECT_EQ(effective_reward_type("math", make_sample("", "", {{"rm_type", "f1"}})), "f1");
   EXPECT_EQ(effective_reward_type("math", make_sample("", "", {{"rm_type", "  "}})), "math");
   EXPECT_EQ(effective_reward_type("math", make_sample("", "", {{"rm_type", 3}})), "math");
+}
+
+TEST(BuiltinRewards, AListLabelScoresTheBestOfItsAnswers) {
+  const std::string cities = R"(["Paris", "City of Light"])";
+  // f1: the best F1 over the answers (SQuAD / TriviaQA), not F1 against the list's JSON text.
+  EXPECT_EQ(score("f1", "Paris", R"(["Paris", "x"])"), 1.0);
+  EXPECT_EQ(score("f1", "the city of light", cities), 1.0);
+  EXPECT_DOUBLE_EQ(score("f1", "light", cities), 0.5);  // F1 of "light" and "city of light"
+  EXPECT_EQ(score("boxed_f1", "\\boxed{Paris}", cities), 1.0);
+  // The others: 1 when any answer matches.
+  EXPECT_EQ(score("math", "so \\boxed{\\frac{1}{2}}", R"(["0.4", "0.5"])"), 1.0);
+  EXPECT_EQ(score("math", "so \\boxed{3}", R"(["0.4", "0.5"])"), 0.0);
+  EXPECT_EQ(score("deepscaler", "</think> \\boxed{7}", R"(["seven", "7"])"), 1.0);
+  EXPECT_EQ(score("gpqa", "The answer is C.", R"(["B", "C"])"), 1.0);
+  EXPECT_EQ(score("gpqa", "The answer is A.", R"(["B", "C"])"), 0.0);
+  const nlohmann::json dapo =
+      score_builtin_reward("dapo", make_sample("Answer: 12", R"(["11", "12"])"));
+  EXPECT_EQ(dapo["score"], 1.0);
+  EXPECT_EQ(dapo["acc"], 1.0);
+  // An interval or a list of numbers is one answer, as it was.
+  EXPECT_EQ(score("math", "\\boxed{[0, 1]}", "[0, 1]"), 1.0);
+  EXPECT_EQ(score("math", "\\boxed{0}", "[0, 1]"), 0.0);
+  EXPECT_EQ(label_answers("[0, 1]"), (std::vector<std::string>{"[0, 1]"}));
+  EXPECT_EQ(label_answers(R"([" a ", "", "b"])"), (std::vector<std::string>{" a ", "b"}));
+  EXPECT_EQ(label_answers("[\"a\""), (std::vector<std::string>{"[\"a\""}));  // not JSON
+  EXPECT_TRUE(label_answers(" ").empty());
+  EXPECT_TRUE(label_answers(R"(["", " "])").empty());
+}
+
+TEST(BuiltinRewards, WhichTypesNeedALabel) {
+  for (const std::string& type : builtin_reward_types()) {
+    EXPECT_EQ(reward_type_needs_label(type), type != "random") << type;
+    EXPECT_EQ(reward_type_needs_label("boxed_" + type), type != "random") << type;
+    EXPECT_EQ(has_reference_answer(type, "", nlohmann::json::object()), type == "random") << type;
+    EXPECT_TRUE(has_reference_answer(type, "4", nlohmann::json::object())) << type;
+  }
+  EXPECT_FALSE(reward_type_needs_label("remote_rm"));
+  EXPECT_FALSE(has_reference_answer("math", " \n", nlohmann::json::object()));
+  EXPECT_FALSE(has_reference_answer("f1", "[]", nlohmann::json::object()));
+  EXPECT_FALSE(has_reference_answer("f1", R"([""])", nlohmann::json::object()));
+  // gpqa also finds its answer in the metadata.
+  EXPECT_TRUE(has_reference_answer("gpqa", "", {{"correct_letter", "B"}}));
+  EXPECT_TRUE(has_reference_answer("boxed_gpqa", "", {{"correct_answer", "Paris"}}));
+  EXPECT_FALSE(has_reference_answer("gpqa", "", {{"correct_letter", " "}}));
+  EXPECT_FALSE(has_reference_answer("math", "", {{"correct_letter", "B"}}));
 }
 
 TEST(BuiltinRewards, RandomIsReproducibleAndBalanced) {
