@@ -6,7 +6,8 @@
 #   3. GRPO with 2 trainer ranks and 2 engines, evaluated every 100 rollouts: eval/add, the
 #      share of sampled answers that are exactly the sum, climbs from the warm start's level.
 # Then `ooze plot` draws the curves. Everything lands in OUT:
-#   OUT/grpo/metrics.jsonl, OUT/grpo/tensorboard/, OUT/grpo/plots/*.png, OUT/*.log
+#   OUT/grpo/metrics.jsonl, OUT/grpo/tensorboard/, OUT/grpo/plots/dashboard.png (and a PNG per
+#   metric), OUT/*.log
 #
 #   examples/demo/run.sh [OUT]
 # Environment: BUILD_DIR (build), SEED (1), SFT_STEPS (160), NUM_ROLLOUT (800), EVAL_INTERVAL
@@ -46,4 +47,4 @@ read -r -a PLACEMENT <<< "${PLACEMENT_ARGS:---actor-num-gpus-per-node 2 --rollou
 first=$(grep -m1 -o '"eval/add":[0-9.e-]*' "$OUT/grpo/metrics.jsonl" | cut -d: -f2)
 last=$(grep -o '"eval/add":[0-9.e-]*' "$OUT/grpo/metrics.jsonl" | tail -1 | cut -d: -f2)
 echo "eval/add: $first after the warm start -> $last after GRPO"
-echo "metrics: $OUT/grpo/metrics.jsonl  TensorBoard: $OUT/grpo/tensorboard  plots: $OUT/grpo/plots"
+echo "metrics: $OUT/grpo/metrics.jsonl  TensorBoard: $OUT/grpo/tensorboard  plots: $OUT/grpo/plots/dashboard.png"

@@ -97,6 +97,7 @@ TEST(RlDemoTest, GrpoInEveryPlacementPpoAndAsyncGrpoRaiseTheEvalReward) {
   EXPECT_LE(first.eval[0], 0.5) << "the warm start alone should rarely be right";
   EXPECT_GE(first.eval[1], first.eval[0] + 0.2) << "GRPO did not raise eval/add";
   EXPECT_TRUE(std::filesystem::exists(first.out + "/grpo/plots/eval_add.png"));
+  EXPECT_TRUE(std::filesystem::exists(first.out + "/grpo/plots/dashboard.png"));
   EXPECT_FALSE(std::filesystem::is_empty(first.out + "/grpo/tensorboard"));
 
   // The first run scored samples with the Python reward; one of these with the C++ plugin.
