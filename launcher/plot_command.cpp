@@ -19,7 +19,9 @@
 #include <sstream>
 
 #include "core/atomic_file.h"
+#include "core/config.h"
 #include "core/error.h"
+#include "launcher/commands.h"
 
 extern char** environ;
 
@@ -28,13 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-const char* const kPlotUsage =
-    "usage: ooze plot OUT [--out DIR] [--keys KEY,KEY,...]\n"
-    "  draws each metric of OUT/metrics.jsonl against step into DIR/<key>.png (DIR: OUT/plots)\n"
-    "  and lists them in DIR/index.html\n"
-    "  --keys  metric names or patterns with '*', comma-separated (rollout/raw_reward,eval/*);\n"
-    "          default: every numeric metric\n";
 
 // Written by MetricsSink on every line; the x axis or bookkeeping, not metrics.
 const std::set<std::string> kReservedKeys = {"step", "wall_time", "elapsed"};
@@ -75,16 +70,6 @@ bool matches(const std::string& pattern, const std::string& text) {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
-}
-
-std::vector<std::string> split_commas(const std::string& list) {
-  std::vector<std::string> parts;
-  std::string part;
-  std::istringstream in(list);
-  while (std::getline(in, part, ',')) {
-    if (!part.empty()) parts.push_back(part);
-  }
-  return parts;
 }
 
 // train/pg_loss -> train_pg_loss; anything but letters, digits and ._-@ becomes '_'.
@@ -387,35 +372,55 @@ PlotReport plot_metrics(const PlotOptions& options) {
   return report;
 }
 
+const ConfigSchema& plot_schema() {
+  static const ConfigSchema schema = [] {
+    ConfigSchema schema;
+    schema.section("plot");
+    schema.add_string("out", "", "Where the PNGs and index.html go; empty: OUT/plots.");
+    schema.add_string_list("keys", {},
+                           "Metric names or patterns with '*' (rollout/raw_reward,eval/*); "
+                           "empty: every numeric metric.");
+    return schema;
+  }();
+  return schema;
+}
+
 int run_plot_command(const std::vector<std::string>& args, std::ostream& out) {
-  PlotOptions options;
+  // OUT is the one argument that is not a flag or a flag's value.
+  std::vector<std::string> run_dirs, flags;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      out << kPlotUsage;
-      return 0;
+    if (arg.empty() || arg[0] != '-') {
+      run_dirs.push_back(arg);
+      continue;
     }
-    if (arg == "--out" || arg == "--keys") {
-      if (i + 1 >= args.size()) throw ConfigError(arg + " needs a value\n" + kPlotUsage);
-      const std::string& value = args[++i];
-      if (arg == "--out") {
-        options.plots_dir = value;
-      } else {
-        options.keys = split_commas(value);
-        if (options.keys.empty())
-          throw ConfigError("--keys needs at least one name\n" + std::string(kPlotUsage));
-      }
-    } else if (!arg.empty() && arg[0] == '-') {
-      throw ConfigError("unknown flag '" + arg + "'\n" + kPlotUsage);
-    } else if (options.run_dir.empty()) {
-      options.run_dir = arg;
-    } else {
-      throw ConfigError("one run directory only, got '" + options.run_dir + "' and '" + arg +
-                        "'\n" + kPlotUsage);
+    flags.push_back(arg);
+    const FieldSpec* spec = plot_schema().find(arg.substr(arg.find_first_not_of('-')));
+    const bool takes_value =
+        spec != nullptr && spec->type != FieldType::kBool && arg.find('=') == std::string::npos;
+    if (takes_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
+      flags.push_back(args[++i]);
     }
   }
-  if (options.run_dir.empty())
-    throw ConfigError("which run? pass its output directory\n" + std::string(kPlotUsage));
+  const std::optional<Config> config = load_config_from_command_line(plot_schema(), flags);
+  if (!config) {
+    out << command_help("plot");
+    return 0;
+  }
+  const std::string usage = "\n" + find_command("plot")->usage;
+  if (run_dirs.empty()) throw ConfigError("which run? pass its output directory" + usage);
+  if (run_dirs.size() > 1) {
+    throw ConfigError("one run directory only, got '" + run_dirs[0] + "' and '" + run_dirs[1] +
+                      "'" + usage);
+  }
+  PlotOptions options;
+  options.run_dir = run_dirs[0];
+  options.plots_dir = config->get<std::string>("out");
+  options.keys = config->get<std::vector<std::string>>("keys");
+  const bool keys_given = config->source("keys") != ConfigSource::kDefault;
+  options.keys.erase(std::remove(options.keys.begin(), options.keys.end(), ""), options.keys.end());
+  if (keys_given && options.keys.empty())
+    throw ConfigError("--keys needs at least one name" + usage);
   const PlotReport report = plot_metrics(options);
   for (const WrittenPlot& plot : report.plots) {
     out << plot.png_path << "  (" << plot.key << ", " << plot.points << " points)\n";

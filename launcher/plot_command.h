@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+
 namespace ooze {
 namespace launcher {
 
@@ -63,6 +65,9 @@ std::map<std::string, MetricSeries> read_metric_series(const std::string& metric
 // directory or metrics file, no metrics, or a key pattern that matches nothing; Error when
 // gnuplot is missing (install it with scripts/install-deps.sh) or fails (with what it printed).
 PlotReport plot_metrics(const PlotOptions& options);
+
+// Its flags (OUT, the run directory, is its one argument).
+const ConfigSchema& plot_schema();
 
 // `args` are the arguments after "plot"; prints where the plots went. Returns the exit code.
 int run_plot_command(const std::vector<std::string>& args, std::ostream& out);

@@ -233,7 +233,7 @@ TEST_F(PlotCommandTest, ErrorsSayWhatIsMissingAndWhatToDo) {
   EXPECT_CONTAINS(error_message_of<ConfigError>([&] {
                     run_plot_command({run_, "--keys"}, out);
                   }),
-                  "--keys needs a value");
+                  "--keys: missing value");
   EXPECT_EQ(run_plot_command({"--help"}, out), 0);
   EXPECT_CONTAINS(out.str(), "usage: ooze plot OUT");
 }
