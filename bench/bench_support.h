@@ -1,4 +1,4 @@
-// What the benchmarks share: the JSON result line DESIGN.md fixes,
+// What the benchmarks share: the JSON result line docs/architecture.md fixes,
 //   {"bench": ..., "metric": ..., "value": ..., "unit": ..., "baseline": ..., "ratio": ...}
 // (missing or non-finite numbers written as null: JSON has no NaN), a stopwatch, and a
 // temporary directory removed at exit, and the environment of the processes a benchmark starts,

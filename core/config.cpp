@@ -317,6 +317,26 @@ std::string Config::describe() const {
   return out.str();
 }
 
+std::string Config::describe_changes() const {
+  if (!schema_) return "";
+  std::ostringstream out;
+  for (const auto& section : schema_->sections()) {
+    bool header = false;
+    for (const auto& spec : schema_->fields()) {
+      const Entry& found = entries_.at(spec.name);
+      if (spec.section != section || found.value == spec.default_value) continue;
+      if (!header) out << section << ":\n";
+      header = true;
+      out << "  " << spec.name << " = " << show_json(found.value) << "  ("
+          << (found.source == ConfigSource::kFlag ? found.origin
+                                                  : source_name(found.source) + " " + found.origin);
+      if (!spec.is_required) out << "; default " << show_json(spec.default_value);
+      out << ")\n";
+    }
+  }
+  return out.str();
+}
+
 void Config::save_effective_config(const std::string& dir) const {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
@@ -328,20 +348,57 @@ void Config::save_effective_config(const std::string& dir) const {
 // ---------------------------------------------------------------------------------------------
 // Loading
 
+namespace {
+
+// An alias given in the file or on the command line, applied once every field is resolved.
+struct GivenAlias {
+  const FieldAlias* alias = nullptr;
+  nlohmann::json value;
+  ConfigSource source = ConfigSource::kDefault;
+  std::string origin;  // the file path, or the flag as typed
+  std::string where;   // "'seed' in exp.json", or the flag as typed
+};
+
+// Flags suggest flags ("--global-batch-size"), files keys ("global_batch_size").
+std::string dashes_if(const std::string& flag_prefix, const std::string& name) {
+  return flag_prefix.empty() ? name : dashes(name);
+}
+
+int precedence(ConfigSource source) {
+  return source == ConfigSource::kFlag ? 2 : source == ConfigSource::kFile ? 1 : 0;
+}
+
+// "unknown flag '--x'; did you mean '--y'?" (`in` names the file, for keys), or the hint the
+// schema has for it: what to use instead.
+std::string unknown_name(const ConfigSchema& schema, const std::string& key,
+                         const std::string& what, const std::string& shown, const std::string& in,
+                         const std::string& suggestion_prefix) {
+  if (const std::string* hint = schema.find_hint(key)) return "'" + shown + "'" + in + ": " + *hint;
+  const std::string nearest = schema.nearest_field(key);
+  return "unknown " + what + " '" + shown + "'" + in +
+         (nearest.empty() ? ""
+                          : "; did you mean '" + suggestion_prefix +
+                                dashes_if(suggestion_prefix, nearest) + "'?");
+}
+
+}  // namespace
+
 Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_values,
                       const std::string& origin, const std::vector<std::string>& args) {
   Config config;
   config.schema_ = std::make_shared<const ConfigSchema>(schema);
   std::vector<std::string> problems;
+  std::vector<GivenAlias> given_aliases;
 
   for (const auto& spec : schema.fields()) config.entries_[spec.name].value = spec.default_value;
 
   auto set = [&](const FieldSpec& spec, nlohmann::json value, ConfigSource source,
-                 const std::string& where) {
+                 const std::string& where, bool via_alias) {
     Config::Entry& slot = config.entries_[spec.name];
     slot.value = std::move(value);
     slot.source = source;
     slot.origin = where;
+    slot.via_alias = via_alias;
     config.broken_.erase(spec.name);
   };
 
@@ -352,10 +409,10 @@ Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_val
   } else if (file_values.is_object()) {
     for (const auto& [key, raw] : file_values.items()) {
       const FieldSpec* spec = schema.find(key);
+      const FieldAlias* alias = spec == nullptr ? schema.find_alias(key) : nullptr;
+      if (alias != nullptr) spec = &alias->spec;
       if (spec == nullptr || spec->name != key) {
-        std::string nearest = schema.nearest_field(key);
-        problems.push_back("unknown key '" + key + "' in " + origin +
-                           (nearest.empty() ? "" : "; did you mean '" + nearest + "'?"));
+        problems.push_back(unknown_name(schema, key, "key", key, " in " + origin, ""));
         continue;
       }
       nlohmann::json value;
@@ -363,10 +420,14 @@ Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_val
       std::string where = "'" + key + "' in " + origin;
       if (!convert_json(*spec, raw, &value, &why) || !spec->in_range(value)) {
         problems.push_back(mismatch(where, *spec, show_json(raw), why));
-        config.broken_.insert(key);
+        if (alias == nullptr) config.broken_.insert(key);
         continue;
       }
-      set(*spec, std::move(value), ConfigSource::kFile, origin);
+      if (alias != nullptr) {
+        given_aliases.push_back({alias, std::move(value), ConfigSource::kFile, origin, where});
+        continue;
+      }
+      set(*spec, std::move(value), ConfigSource::kFile, origin, false);
     }
   }
 
@@ -384,19 +445,26 @@ Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_val
     std::string key = underscores(typed.substr(2));
     bool next_is_value = i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0;
 
-    const FieldSpec* spec = schema.find(key);
+    // A field, else an alias; either may be a bool negated by "no_".
+    auto lookup = [&](const std::string& name, const FieldAlias** alias) -> const FieldSpec* {
+      if (const FieldSpec* field = schema.find(name)) return field;
+      *alias = schema.find_alias(name);
+      return *alias != nullptr ? &(*alias)->spec : nullptr;
+    };
+    const FieldAlias* alias = nullptr;
+    const FieldSpec* spec = lookup(key, &alias);
     bool negated = false;
     if (spec == nullptr && key.compare(0, 3, "no_") == 0) {
-      const FieldSpec* positive = schema.find(key.substr(3));
+      const FieldSpec* positive = lookup(key.substr(3), &alias);
       if (positive != nullptr && positive->type == FieldType::kBool) {
         spec = positive;
         negated = true;
+      } else {
+        alias = nullptr;
       }
     }
     if (spec == nullptr) {
-      std::string nearest = schema.nearest_field(key);
-      problems.push_back("unknown flag '" + typed + "'" +
-                         (nearest.empty() ? "" : "; did you mean '--" + dashes(nearest) + "'?"));
+      problems.push_back(unknown_name(schema, key, "flag", typed, "", "--"));
       if (!inline_value && next_is_value) ++i;  // its value, most likely
       continue;
     }
@@ -418,9 +486,11 @@ Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_val
       }
     } else if (next_is_value) {
       text = args[++i];
+    } else if (spec->value_when_bare) {
+      text = *spec->value_when_bare;
     } else {
       problems.push_back(typed + ": missing value (expected " + expectation(*spec) + ")");
-      config.broken_.insert(spec->name);
+      if (alias == nullptr) config.broken_.insert(spec->name);
       continue;
     }
 
@@ -428,10 +498,57 @@ Config resolve_config(const ConfigSchema& schema, const nlohmann::json& file_val
     std::string why;
     if (!convert_text(*spec, text, &value, &why) || !spec->in_range(value)) {
       problems.push_back(mismatch(typed, *spec, "'" + text + "'", why));
-      config.broken_.insert(spec->name);
+      if (alias == nullptr) config.broken_.insert(spec->name);
       continue;
     }
-    set(*spec, std::move(value), ConfigSource::kFlag, typed);
+    if (alias != nullptr) {
+      given_aliases.push_back({alias, std::move(value), ConfigSource::kFlag, typed, typed});
+      continue;
+    }
+    const Config::Entry& before = config.entries_[spec->name];
+    if (spec->repeats && before.source == ConfigSource::kFlag && !before.via_alias) {
+      nlohmann::json joined = before.value;
+      for (auto& element : value) joined.push_back(std::move(element));
+      value = std::move(joined);
+    }
+    set(*spec, std::move(value), ConfigSource::kFlag, typed, false);
+  }
+
+  // The aliases, once every field has the value the file and the flags give it directly.
+  for (const GivenAlias& given : given_aliases) {
+    std::vector<std::pair<std::string, nlohmann::json>> sets;
+    try {
+      sets = given.alias->expand(given.value);
+    } catch (const std::exception& e) {
+      problems.push_back(given.where + ": " + e.what());
+      continue;
+    }
+    for (const auto& [target, raw] : sets) {
+      const FieldSpec* field = schema.find(target);
+      if (field == nullptr) {
+        problems.push_back(given.where + " would set '" + target + "', which this command has not");
+        continue;
+      }
+      nlohmann::json value;
+      std::string why;
+      if (!convert_json(*field, raw, &value, &why) || !field->in_range(value)) {
+        problems.push_back(
+            mismatch(given.where + " (as " + field->flag() + ")", *field, show_json(raw), why));
+        continue;
+      }
+      const Config::Entry& slot = config.entries_[field->name];
+      if (slot.source != ConfigSource::kDefault && !slot.via_alias) {
+        const int set_by = precedence(slot.source), alias_level = precedence(given.source);
+        if (set_by > alias_level) continue;  // a flag wins over the file, whatever its spelling
+        if (set_by == alias_level && slot.value != value) {
+          problems.push_back(given.where + " means " + field->flag() + " " + show_json(value) +
+                             ", but " + slot.origin + " sets it to " + show_json(slot.value) +
+                             ": keep one");
+          continue;
+        }
+      }
+      set(*field, std::move(value), given.source, given.origin, true);
+    }
   }
 
   for (const auto& spec : schema.fields()) {

@@ -60,6 +60,9 @@ class Config {
   // Grouped by section; values that differ from their default are marked '*' and annotated
   // with their origin and the default.
   std::string describe() const;
+  // What `ooze train` prints at start: only the fields whose value differs from the default,
+  // grouped by section, one line each with where the value came from.
+  std::string describe_changes() const;
   // Writes `dir`/config.json (creating `dir`) through a temporary file and rename, so a crash
   // never leaves a torn file. Throws IoError.
   void save_effective_config(const std::string& dir) const;
@@ -71,6 +74,7 @@ class Config {
     nlohmann::json value;
     ConfigSource source = ConfigSource::kDefault;
     std::string origin = "default";
+    bool via_alias = false;  // set by another spelling (FieldAlias), which a later one may change
   };
 
   const Entry& entry(const std::string& key, const char* requested_type) const;

@@ -132,6 +132,19 @@ FieldSpec& FieldSpec::default_shown_as(std::string text) {
   return *this;
 }
 
+FieldSpec& FieldSpec::repeatable() {
+  if (type != FieldType::kIntList && type != FieldType::kStringList) {
+    throw ConfigError("schema: '" + name + "' is not a list: only lists repeat");
+  }
+  repeats = true;
+  return *this;
+}
+
+FieldSpec& FieldSpec::bare_value(std::string text) {
+  value_when_bare = std::move(text);
+  return *this;
+}
+
 std::string FieldSpec::flag() const { return "--" + dashes(name); }
 
 std::string FieldSpec::range_text() const {
@@ -180,13 +193,17 @@ FieldSpec& ConfigSchema::add(const std::string& name, FieldType type, nlohmann::
   return add_field(std::move(spec));
 }
 
+void ConfigSchema::check_new_name(const std::string& name) const {
+  if (!is_snake_case(name)) {
+    throw ConfigError("schema: field name '" + name + "' is not snake_case");
+  }
+  if (find(name) != nullptr || find_alias(name) != nullptr) {
+    throw ConfigError("schema: field '" + name + "' declared twice");
+  }
+}
+
 FieldSpec& ConfigSchema::add_field(FieldSpec spec) {
-  if (!is_snake_case(spec.name)) {
-    throw ConfigError("schema: field name '" + spec.name + "' is not snake_case");
-  }
-  if (find(spec.name) != nullptr) {
-    throw ConfigError("schema: field '" + spec.name + "' declared twice");
-  }
+  check_new_name(spec.name);
   if (spec.type == FieldType::kEnum && std::find(spec.choices.begin(), spec.choices.end(),
                                                  spec.default_value) == spec.choices.end()) {
     const std::string shown = spec.default_value.is_string() ? spec.default_value.get<std::string>()
@@ -241,6 +258,68 @@ FieldSpec& ConfigSchema::add_string_list(const std::string& name,
                                          const std::vector<std::string>& default_value,
                                          const std::string& doc) {
   return add(name, FieldType::kStringList, default_value, doc);
+}
+
+FieldAlias& ConfigSchema::add_alias(FieldSpec spec, AliasExpansion expand) {
+  check_new_name(spec.name);
+  spec.default_value = nullptr;
+  if (spec.section.empty()) spec.section = current_section_;
+  aliases_.push_back({std::move(spec), std::move(expand)});
+  return aliases_.back();
+}
+
+FieldAlias& ConfigSchema::add_synonym(const std::string& name, const std::string& field,
+                                      const std::string& doc) {
+  const FieldSpec* target = find(field);
+  if (target == nullptr) {
+    throw ConfigError("schema: synonym '" + name + "' of '" + field + "', which is not declared");
+  }
+  FieldSpec spec = *target;
+  spec.name = name;
+  spec.doc = doc;
+  spec.section.clear();
+  spec.is_required = false;
+  spec.default_text.clear();
+  const std::string key = target->name;
+  return add_alias(std::move(spec), [key](const nlohmann::json& value) {
+    return std::vector<std::pair<std::string, nlohmann::json>>{{key, value}};
+  });
+}
+
+void ConfigSchema::add_hint(const std::string& name, const std::string& message) {
+  hints_.emplace_back(underscores(name), message);
+}
+
+const FieldAlias* ConfigSchema::find_alias(const std::string& name) const {
+  const std::string key = underscores(name);
+  for (const auto& alias : aliases_) {
+    if (alias.spec.name == key) return &alias;
+  }
+  return nullptr;
+}
+
+const std::string* ConfigSchema::find_hint(const std::string& name) const {
+  const std::string key = underscores(name);
+  for (const auto& [pattern, message] : hints_) {
+    if (pattern == key) return &message;
+  }
+  for (const auto& [pattern, message] : hints_) {
+    if (!pattern.empty() && pattern.back() == '*' &&
+        key.compare(0, pattern.size() - 1, pattern, 0, pattern.size() - 1) == 0) {
+      return &message;
+    }
+  }
+  return nullptr;
+}
+
+bool ConfigSchema::takes_flag(const std::string& name) const {
+  const std::string key = underscores(name);
+  if (find(key) != nullptr || find_alias(key) != nullptr) return true;
+  if (key.compare(0, 3, "no_") != 0) return false;
+  const FieldSpec* field = find(key.substr(3));
+  const FieldAlias* alias = find_alias(key.substr(3));
+  return (field != nullptr && field->type == FieldType::kBool) ||
+         (alias != nullptr && alias->spec.type == FieldType::kBool);
 }
 
 void ConfigSchema::add_check(const std::string& name, ConfigCheck check) {

@@ -37,6 +37,11 @@ struct FieldSpec {
   std::string section;
   std::vector<std::string> choices;  // kEnum only
   std::string default_text;          // what help shows as the default, when not default_value
+  // List fields: each occurrence of the flag appends (`--engine A --engine B`) instead of
+  // replacing what an earlier one gave.
+  bool repeats = false;
+  // The value the flag takes when given without one (`--chat-template` alone); none: required.
+  std::optional<std::string> value_when_bare;
 
   // Inclusive or exclusive numeric bounds; for lists they apply to every element.
   std::optional<double> lower, upper;
@@ -49,6 +54,8 @@ struct FieldSpec {
   FieldSpec& required();                  // no default: the file or a flag must set it
   // Help shows "default: TEXT": for a field whose default is another field's value.
   FieldSpec& default_shown_as(std::string text);
+  FieldSpec& repeatable();
+  FieldSpec& bare_value(std::string text);
 
   // "--global-batch-size".
   std::string flag() const;
@@ -63,6 +70,21 @@ struct FieldSpec {
 // involved ("global_batch_size = 64 is not divisible by world_size = 3"). Throwing
 // ooze::ConfigError with such a message works too.
 using ConfigCheck = std::function<std::string(const Config&)>;
+
+// What an alias sets, from the alias's own value (already of its declared type): (field, value)
+// pairs, possibly none. Throw ConfigError to refuse a value; the message is shown after the flag.
+using AliasExpansion =
+    std::function<std::vector<std::pair<std::string, nlohmann::json>>(const nlohmann::json&)>;
+
+// Another spelling that sets declared fields, such as Slime's `--calculate-per-token-loss` for
+// `--loss-aggregation token_mean` or SGLang's `--model-path` for `--model`. It is a flag and a
+// JSON key like a field, but not a field of the Config: config.json holds what it set. A field
+// that the same level (file or flags) sets to another value is a contradiction, reported; a flag
+// still wins over the file either way.
+struct FieldAlias {
+  FieldSpec spec;  // name, type, choices, range and doc; no default
+  AliasExpansion expand;
+};
 
 class ConfigSchema {
  public:
@@ -87,6 +109,15 @@ class ConfigSchema {
   // into the current section unless spec.section names one.
   FieldSpec& add_field(FieldSpec spec);
 
+  // An alias (see FieldAlias); `spec.section` names the help section it is listed in.
+  FieldAlias& add_alias(FieldSpec spec, AliasExpansion expand);
+  // An alias that is just another name of `field`, of the same type and range.
+  FieldAlias& add_synonym(const std::string& name, const std::string& field,
+                          const std::string& doc);
+  // A flag or key no field takes, refused with `message`: what to use instead and why.
+  // `name` may end in '*' to cover every name with that prefix ("sglang_*"); exact names win.
+  void add_hint(const std::string& name, const std::string& message);
+
   // Cross-field validation, run after every field resolved. A check that reads a field which
   // itself failed to resolve is skipped (its message would be about a value nobody chose).
   void add_check(const std::string& name, ConfigCheck check);
@@ -96,6 +127,15 @@ class ConfigSchema {
   const std::vector<std::pair<std::string, ConfigCheck>>& checks() const { return checks_; }
   // nullptr when `name` is not declared. Accepts dashes for underscores.
   const FieldSpec* find(const std::string& name) const;
+  const std::deque<FieldAlias>& aliases() const { return aliases_; }
+  // nullptr when `name` is no alias. Accepts dashes for underscores.
+  const FieldAlias* find_alias(const std::string& name) const;
+  // The hint for `name`, or nullptr. Accepts dashes for underscores.
+  const std::string* find_hint(const std::string& name) const;
+  const std::vector<std::pair<std::string, std::string>>& hints() const { return hints_; }
+  // Whether `--NAME` is a flag this schema takes: a field, an alias, or `no_` and a bool one.
+  // What the parser accepts, for tools that check command lines without running them.
+  bool takes_flag(const std::string& name) const;
   // The declared name closest to `name` by edit distance, or "" when nothing is close.
   std::string nearest_field(const std::string& name) const;
   // Section names in order of first use, each once.
@@ -107,9 +147,13 @@ class ConfigSchema {
  private:
   FieldSpec& add(const std::string& name, FieldType type, nlohmann::json default_value,
                  const std::string& doc);
+  // Throws ConfigError unless `name` is snake_case and no field or alias has it yet.
+  void check_new_name(const std::string& name) const;
 
   std::string current_section_ = "general";
   std::deque<FieldSpec> fields_;
+  std::deque<FieldAlias> aliases_;
+  std::vector<std::pair<std::string, std::string>> hints_;  // name (or prefix*), message
   std::vector<std::pair<std::string, ConfigCheck>> checks_;
 };
 

@@ -26,6 +26,7 @@
 #include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "launcher/commands.h"
 
 namespace ooze::launcher {
 namespace {
@@ -38,7 +39,7 @@ const std::string kClusterDir = std::getenv("OOZE_CLUSTER_DIR") != nullptr
                                     ? std::getenv("OOZE_CLUSTER_DIR")
                                     : "/tmp/ooze/cluster";
 
-ConfigSchema start_schema() {
+ConfigSchema build_start_schema() {
   ConfigSchema schema;
   schema.section("start");
   schema.add_bool("head", false, "Start the head (and a node) on this machine.");
@@ -75,7 +76,7 @@ ConfigSchema start_schema() {
   return schema;
 }
 
-ConfigSchema status_schema() {
+ConfigSchema build_status_schema() {
   ConfigSchema schema;
   schema.section("status");
   schema.add_string("address", "127.0.0.1:6380", "HEAD_IP:PORT of the head.");
@@ -291,6 +292,21 @@ int serve(const Config& flags, int ready_fd) {
 
 }  // namespace
 
+const ConfigSchema& start_schema() {
+  static const ConfigSchema schema = build_start_schema();
+  return schema;
+}
+
+const ConfigSchema& status_schema() {
+  static const ConfigSchema schema = build_status_schema();
+  return schema;
+}
+
+const ConfigSchema& stop_schema() {
+  static const ConfigSchema schema;
+  return schema;
+}
+
 std::string find_cluster_token() {
   const char* from_environment = std::getenv("OOZE_CLUSTER_TOKEN");
   if (from_environment != nullptr && *from_environment != '\0') return from_environment;
@@ -303,9 +319,7 @@ std::string find_cluster_token() {
 int run_start_command(const std::vector<std::string>& args) {
   const std::optional<Config> parsed = load_config_from_command_line(start_schema(), args);
   if (!parsed) {
-    std::cout << "usage: ooze start --head [--host IP] [--port P] [flags]\n"
-              << "       ooze start --address HEAD_IP:PORT [--token T] [flags]\n\n"
-              << start_schema().help();
+    std::cout << command_help("start");
     return 0;
   }
   const Config& flags = *parsed;
@@ -350,8 +364,7 @@ int run_start_command(const std::vector<std::string>& args) {
 int run_status_command(const std::vector<std::string>& args) {
   const std::optional<Config> parsed = load_config_from_command_line(status_schema(), args);
   if (!parsed) {
-    std::cout << "usage: ooze status [--address HEAD_IP:PORT] [--token T]\n\n"
-              << status_schema().help();
+    std::cout << command_help("status");
     return 0;
   }
   const Config& flags = *parsed;
@@ -365,7 +378,11 @@ int run_status_command(const std::vector<std::string>& args) {
   return 0;
 }
 
-int run_stop_command(const std::vector<std::string>&) {
+int run_stop_command(const std::vector<std::string>& args) {
+  if (!load_config_from_command_line(stop_schema(), args)) {
+    std::cout << command_help("stop");
+    return 0;
+  }
   if (!fs::exists(kClusterDir)) {
     std::cout << "nothing to stop\n";
     return 0;

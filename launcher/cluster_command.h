@@ -20,11 +20,18 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+
 namespace ooze::launcher {
 
 // The token of the cluster this machine belongs to: $OOZE_CLUSTER_TOKEN, else the one `ooze
 // start` saved in $OOZE_CLUSTER_DIR (default /tmp/ooze/cluster); empty when there is neither.
 std::string find_cluster_token();
+
+// Their flags.
+const ConfigSchema& start_schema();
+const ConfigSchema& status_schema();
+const ConfigSchema& stop_schema();  // none
 
 int run_start_command(const std::vector<std::string>& args);
 int run_status_command(const std::vector<std::string>& args);

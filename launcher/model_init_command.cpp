@@ -3,18 +3,11 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "launcher/commands.h"
 #include "models/model_init.h"
 
 namespace ooze::launcher {
 namespace {
-
-const char* kModelInitUsage =
-    "usage: ooze model init --arch qwen3|qwen2|llama --hidden-size N --layers N --heads N\n"
-    "                       --kv-heads N [--head-dim N] [--intermediate-size N] [--vocab-size N]\n"
-    "                       [--tie-embeddings] [--dtype float32|bfloat16] [--rope-theta X]\n"
-    "                       --tokenizer qwen3|byte [--tokenizer-dir DIR] --out DIR [--seed N]\n"
-    "writes a randomly initialised model in Hugging Face layout (config.json, safetensors,\n"
-    "generation_config.json, tokenizer files) to DIR\n";
 
 ConfigSchema build_model_init_schema() {
   ConfigSchema schema;
@@ -60,11 +53,11 @@ int run_model_command(const std::vector<std::string>& args) {
   if (args.empty() || (args[0] != "init" && !wants_help(args))) {
     std::cerr << (args.empty() ? "ooze model: missing subcommand\n"
                                : "ooze model: unknown subcommand '" + args[0] + "'\n")
-              << kModelInitUsage;
+              << find_command("model init")->usage << "\n";
     return 2;
   }
   if (wants_help(args)) {
-    std::cout << kModelInitUsage << "\n" << model_init_schema().help();
+    std::cout << command_help("model init");
     return 0;
   }
   const Config flags =

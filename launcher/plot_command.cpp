@@ -10,7 +10,9 @@
 #include <sstream>
 
 #include "core/atomic_file.h"
+#include "core/config.h"
 #include "core/error.h"
+#include "launcher/commands.h"
 #include "launcher/gnuplot_process.h"
 #include "launcher/gnuplot_script.h"
 #include "launcher/metric_series.h"
@@ -19,15 +21,6 @@ namespace ooze::launcher {
 namespace {
 
 namespace fs = std::filesystem;
-
-const char* const kPlotUsage =
-    "usage: ooze plot OUT [--out DIR] [--keys KEY,KEY,...] [--smoothing W]\n"
-    "  draws OUT/metrics.jsonl into DIR (default OUT/plots): dashboard.png, a grid of the\n"
-    "  curves that matter (reward, eval, loss, KL, entropy, response length, grad norm, time),\n"
-    "  one <key>.png per metric that is not constant, and index.html showing them all\n"
-    "  --keys       metric names or patterns with '*', comma-separated (rollout/raw_reward,\n"
-    "               eval/*); default: every numeric metric\n"
-    "  --smoothing  TensorBoard's EMA weight, 0 <= W < 1 (default 0.6; 0: raw values only)\n";
 
 // Whether `text` matches `pattern`, where '*' stands for any run of characters.
 bool matches(const std::string& pattern, const std::string& text) {
@@ -49,16 +42,6 @@ bool matches(const std::string& pattern, const std::string& text) {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
-}
-
-std::vector<std::string> split_commas(const std::string& list) {
-  std::vector<std::string> parts;
-  std::string part;
-  std::istringstream in(list);
-  while (std::getline(in, part, ',')) {
-    if (!part.empty()) parts.push_back(part);
-  }
-  return parts;
 }
 
 // train/pg_loss -> train_pg_loss; anything but letters, digits and ._-@ becomes '_'.
@@ -184,21 +167,6 @@ void check_run_dir(const std::string& run_dir, const std::string& metrics_path) 
   }
 }
 
-double parse_smoothing(const std::string& text) {
-  size_t used = 0;
-  double weight = -1;
-  try {
-    weight = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || !(weight >= 0 && weight < 1)) {
-    throw ConfigError("--smoothing: expected a weight from 0 (no smoothing) to below 1, got '" +
-                      text + "'\n" + kPlotUsage);
-  }
-  return weight;
-}
-
 }  // namespace
 
 PlotReport plot_metrics(const PlotOptions& options) {
@@ -278,37 +246,63 @@ PlotReport plot_metrics(const PlotOptions& options) {
   return report;
 }
 
+const ConfigSchema& plot_schema() {
+  static const ConfigSchema schema = [] {
+    ConfigSchema schema;
+    schema.section("plot");
+    schema.add_string("out", "", "Where the PNGs and index.html go; empty: OUT/plots.");
+    schema.add_string_list("keys", {},
+                           "Metric names or patterns with '*' (rollout/raw_reward,eval/*); "
+                           "empty: every numeric metric.");
+    schema.add_double("smoothing", 0.6,
+                      "TensorBoard's EMA weight, 0 <= W < 1 (0: raw values only); the raw "
+                      "values are drawn faint behind.");
+    return schema;
+  }();
+  return schema;
+}
+
 int run_plot_command(const std::vector<std::string>& args, std::ostream& out) {
-  PlotOptions options;
+  // OUT is the one argument that is not a flag or a flag's value.
+  std::vector<std::string> run_dirs, flags;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      out << kPlotUsage;
-      return 0;
+    if (arg.empty() || arg[0] != '-') {
+      run_dirs.push_back(arg);
+      continue;
     }
-    if (arg == "--out" || arg == "--keys" || arg == "--smoothing") {
-      if (i + 1 >= args.size()) throw ConfigError(arg + " needs a value\n" + kPlotUsage);
-      const std::string& value = args[++i];
-      if (arg == "--out") {
-        options.plots_dir = value;
-      } else if (arg == "--smoothing") {
-        options.smoothing = parse_smoothing(value);
-      } else {
-        options.keys = split_commas(value);
-        if (options.keys.empty())
-          throw ConfigError("--keys needs at least one name\n" + std::string(kPlotUsage));
-      }
-    } else if (!arg.empty() && arg[0] == '-') {
-      throw ConfigError("unknown flag '" + arg + "'\n" + kPlotUsage);
-    } else if (options.run_dir.empty()) {
-      options.run_dir = arg;
-    } else {
-      throw ConfigError("one run directory only, got '" + options.run_dir + "' and '" + arg +
-                        "'\n" + kPlotUsage);
+    flags.push_back(arg);
+    const FieldSpec* spec = plot_schema().find(arg.substr(arg.find_first_not_of('-')));
+    const bool takes_value =
+        spec != nullptr && spec->type != FieldType::kBool && arg.find('=') == std::string::npos;
+    if (takes_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
+      flags.push_back(args[++i]);
     }
   }
-  if (options.run_dir.empty())
-    throw ConfigError("which run? pass its output directory\n" + std::string(kPlotUsage));
+  const std::optional<Config> config = load_config_from_command_line(plot_schema(), flags);
+  if (!config) {
+    out << command_help("plot");
+    return 0;
+  }
+  const std::string usage = "\n" + find_command("plot")->usage;
+  if (run_dirs.empty()) throw ConfigError("which run? pass its output directory" + usage);
+  if (run_dirs.size() > 1) {
+    throw ConfigError("one run directory only, got '" + run_dirs[0] + "' and '" + run_dirs[1] +
+                      "'" + usage);
+  }
+  PlotOptions options;
+  options.run_dir = run_dirs[0];
+  options.plots_dir = config->get<std::string>("out");
+  options.keys = config->get<std::vector<std::string>>("keys");
+  const bool keys_given = config->source("keys") != ConfigSource::kDefault;
+  options.keys.erase(std::remove(options.keys.begin(), options.keys.end(), ""), options.keys.end());
+  if (keys_given && options.keys.empty())
+    throw ConfigError("--keys needs at least one name" + usage);
+  options.smoothing = config->get<double>("smoothing");
+  if (!(options.smoothing >= 0 && options.smoothing < 1)) {
+    throw ConfigError("--smoothing: expected a weight from 0 (no smoothing) to below 1, got " +
+                      short_number(options.smoothing) + usage);
+  }
   const PlotReport report = plot_metrics(options);
   const auto list = [&](const std::string& what, const std::vector<std::string>& items) {
     if (items.empty()) return;

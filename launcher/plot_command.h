@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "launcher/dashboard_panels.h"
 
 namespace ooze::launcher {
@@ -65,6 +66,9 @@ struct PlotReport {
 // directory or metrics file, no metrics, or a key pattern that matches nothing; Error when
 // gnuplot is missing (install it with scripts/install-deps.sh) or fails (with what it printed).
 PlotReport plot_metrics(const PlotOptions& options);
+
+// Its flags (OUT, the run directory, is its one argument).
+const ConfigSchema& plot_schema();
 
 // `args` are the arguments after "plot"; prints where the plots went. Returns the exit code.
 int run_plot_command(const std::vector<std::string>& args, std::ostream& out);

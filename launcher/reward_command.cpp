@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/config.h"
+#include "launcher/commands.h"
 #include "python/hook_args.h"
 #include "rollout/reward_label_check.h"
 #include "rollout/reward_model.h"
@@ -68,13 +69,19 @@ rollout::Sample sample_from_line(const std::string& line, int64_t number, const 
 
 }  // namespace
 
+const ConfigSchema& reward_schema() {
+  static const ConfigSchema schema = [] {
+    ConfigSchema schema;
+    rollout::RewardOptions::fields().declare(schema);
+    return schema;
+  }();
+  return schema;
+}
+
 int run_reward_command(const std::vector<std::string>& args, std::istream& in, std::ostream& out) {
-  ConfigSchema schema;
-  rollout::RewardOptions::fields().declare(schema);
-  const std::optional<Config> config = load_config_from_command_line(schema, args);
+  const std::optional<Config> config = load_config_from_command_line(reward_schema(), args);
   if (!config) {
-    out << "usage: ooze reward --rm-type TYPE | --custom-rm-path PATH [flags] < lines.jsonl\n"
-        << schema.help();
+    out << command_help("reward");
     return 0;
   }
   python::set_hook_args(config->to_json());

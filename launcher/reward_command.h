@@ -22,7 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+
 namespace ooze::launcher {
+
+// Its flags.
+const ConfigSchema& reward_schema();
 
 // `args` are the arguments after "reward". Returns the exit code; throws ConfigError for bad
 // flags and PluginError for a plugin that does not load.

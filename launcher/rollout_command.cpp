@@ -6,8 +6,10 @@
 
 #include "core/config.h"
 #include "core/logging.h"
+#include "launcher/commands.h"
 #include "launcher/debug_rollout_data.h"
 #include "launcher/experiment_data.h"
+#include "launcher/slime_flags.h"
 #include "python/hook_args.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
@@ -38,17 +40,21 @@ ConfigSchema build_rollout_schema() {
   rollout::RolloutOptions::fields().declare(schema);
   rollout::RewardOptions::fields().declare(schema);
   rollout::add_eval_fields(schema);
+  add_slime_flags(schema);
   return schema;
 }
 
 }  // namespace
 
-int run_rollout_command(const std::vector<std::string>& args, std::ostream& out) {
+const ConfigSchema& rollout_schema() {
   static const ConfigSchema schema = build_rollout_schema();
-  const std::optional<Config> config = load_config_from_command_line(schema, args);
+  return schema;
+}
+
+int run_rollout_command(const std::vector<std::string>& args, std::ostream& out) {
+  const std::optional<Config> config = load_config_from_command_line(rollout_schema(), args);
   if (!config) {
-    out << "usage: ooze rollout --hf-checkpoint DIR --prompt-data FILE --rm-type TYPE [flags]\n\n"
-        << schema.help();
+    out << command_help("rollout");
     return 0;
   }
   // Everything that can be refused is checked before any engine starts.

@@ -17,7 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+
 namespace ooze::launcher {
+
+// Its flags.
+const ConfigSchema& rollout_schema();
 
 // `args` are the arguments after "rollout". Returns the exit code; throws ConfigError for bad
 // flags and the data, plugin and engine errors of the modules it runs.

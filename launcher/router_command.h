@@ -13,7 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+
 namespace ooze::launcher {
+
+// Its flags.
+const ConfigSchema& router_schema();
 
 // `args` are the arguments after "router". Returns the exit code; throws ConfigError for bad
 // arguments and ServerError when the address cannot be bound.

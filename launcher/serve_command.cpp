@@ -9,21 +9,12 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "launcher/commands.h"
+#include "launcher/slime_flags.h"
 #include "serving/engine_server.h"
 
 namespace ooze::launcher {
 namespace {
-
-const char* kServeUsage =
-    "usage: ooze serve --model DIR [--host 127.0.0.1] [--port 30000] [--api-key KEY]\n"
-    "                  [--max-running-requests N] [--kv-cache-blocks N] [--kv-cache-memory-mb MB]\n"
-    "                  [--mem-fraction-static F]\n"
-    "                  [--block-size N] [--chunked-prefill-size N] [--disable-prefix-caching]\n"
-    "                  [--dtype auto|float32|bfloat16] [--device cpu|cuda[:N]]\n"
-    "                  [--served-model-name NAME] [--threads N] [--http-threads N] [--seed N]\n"
-    "                  [--config FILE]\n"
-    "serves the model over HTTP: /generate (SGLang), /v1/completions, /v1/chat/completions,\n"
-    "/v1/models (OpenAI), /health and the engine's controls; see docs/serving.md\n";
 
 ConfigSchema build_serve_schema() {
   ConfigSchema schema;
@@ -39,6 +30,7 @@ ConfigSchema build_serve_schema() {
                   "On SIGINT/SIGTERM, seconds to write out the answers of aborted requests.")
       .min(0);
   engine::EngineOptions::fields().declare(schema);
+  add_sglang_server_flags(schema);
   return schema;
 }
 
@@ -52,7 +44,7 @@ const ConfigSchema& serve_schema() {
 int run_serve_command(const std::vector<std::string>& args) {
   const std::optional<Config> config = load_config_from_command_line(serve_schema(), args);
   if (!config) {
-    std::cout << kServeUsage << "\n" << serve_schema().help();
+    std::cout << command_help("serve");
     return 0;
   }
   const engine::EngineOptions engine_options = engine::EngineOptions::fields().read(*config);

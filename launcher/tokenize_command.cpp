@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "launcher/commands.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
 #include "models/unicode_utils.h"
@@ -16,12 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-const char* kTokenizeUsage =
-    "usage: ooze tokenize --tokenizer DIR [--chat-template [NAME]] [--add-generation-prompt]\n"
-    "                     [--no-thinking] [--decode] [--skip-special-tokens]\n"
-    "reads JSON lines on stdin: {\"text\": ...} or, with --chat-template, {\"messages\": [...]}\n"
-    "-> {\"ids\": [...]}; with --decode {\"ids\": [...]} -> {\"text\": ...}";
-
 struct Options {
   std::string tokenizer_dir;
   bool use_chat_template = false;
@@ -32,38 +27,45 @@ struct Options {
   bool skip_special_tokens = false;
 };
 
-Options parse_tokenize_options(const std::vector<std::string>& args) {
-  Options options;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--tokenizer") {
-      if (i + 1 >= args.size())
-        throw ConfigError("--tokenizer needs a directory\n" + std::string(kTokenizeUsage));
-      options.tokenizer_dir = args[++i];
-    } else if (arg == "--chat-template") {
-      options.use_chat_template = true;
-      // The name is optional: the next argument is one unless it is another flag.
-      if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
-        options.chat_template_name = args[++i];
-      }
-    } else if (arg == "--add-generation-prompt") {
-      options.add_generation_prompt = true;
-    } else if (arg == "--no-thinking") {
-      options.enable_thinking = false;
-    } else if (arg == "--decode") {
-      options.decode = true;
-    } else if (arg == "--skip-special-tokens") {
-      options.skip_special_tokens = true;
-    } else {
-      throw ConfigError("ooze tokenize: unknown argument '" + arg + "'\n" + kTokenizeUsage);
+// What --chat-template alone means: the template of the tokenizer's directory.
+const char* const kOwnTemplate = "auto";
+
+ConfigSchema build_tokenize_schema() {
+  ConfigSchema schema;
+  schema.section("tokenize");
+  schema.add_string("tokenizer", "", "Model directory whose tokenizer to use.").required();
+  schema
+      .add_string("chat_template", "",
+                  "Render {\"messages\"} lines with this chat template: chatml, qwen3, llama3, "
+                  "llama3.1, or auto (alone too): the template of the tokenizer's directory; "
+                  "empty: plain {\"text\"} lines only.")
+      .bare_value(kOwnTemplate);
+  schema.add_bool("add_generation_prompt", false,
+                  "End a rendered conversation with the assistant's turn header.");
+  schema.add_bool("thinking", true,
+                  "Let the template open a thinking block (--no-thinking: Qwen3's "
+                  "enable_thinking=False).");
+  schema.add_bool("decode", false, "Turn {\"ids\"} lines back into {\"text\"}.");
+  schema.add_bool("skip_special_tokens", false, "With --decode: leave special tokens out.");
+  schema.add_check("decode_or_template", [](const Config& c) -> std::string {
+    if (c.get<bool>("decode") && !c.get<std::string>("chat_template").empty()) {
+      return "--decode and --chat-template cannot be combined";
     }
-  }
-  if (options.tokenizer_dir.empty()) {
-    throw ConfigError("ooze tokenize: --tokenizer DIR is required\n" + std::string(kTokenizeUsage));
-  }
-  if (options.decode && options.use_chat_template) {
-    throw ConfigError("ooze tokenize: --decode and --chat-template cannot be combined");
-  }
+    return "";
+  });
+  return schema;
+}
+
+Options read_tokenize_options(const Config& config) {
+  Options options;
+  options.tokenizer_dir = config.get<std::string>("tokenizer");
+  const std::string chat_template = config.get<std::string>("chat_template");
+  options.use_chat_template = !chat_template.empty();
+  options.chat_template_name = chat_template == kOwnTemplate ? "" : chat_template;
+  options.add_generation_prompt = config.get<bool>("add_generation_prompt");
+  options.enable_thinking = config.get<bool>("thinking");
+  options.decode = config.get<bool>("decode");
+  options.skip_special_tokens = config.get<bool>("skip_special_tokens");
   return options;
 }
 
@@ -139,8 +141,18 @@ std::string process_line(const std::string& line, const Options& options,
 
 }  // namespace
 
+const ConfigSchema& tokenize_schema() {
+  static const ConfigSchema schema = build_tokenize_schema();
+  return schema;
+}
+
 int run_tokenize_command(const std::vector<std::string>& args) {
-  const Options options = parse_tokenize_options(args);
+  const std::optional<Config> config = load_config_from_command_line(tokenize_schema(), args);
+  if (!config) {
+    std::cout << command_help("tokenize");
+    return 0;
+  }
+  const Options options = read_tokenize_options(*config);
   const models::Tokenizer tokenizer = models::load_tokenizer(options.tokenizer_dir);
   std::optional<models::ChatTemplate> chat_template;
   if (options.use_chat_template) {

@@ -4,6 +4,8 @@
 //   ooze tokenize --tokenizer DIR [--chat-template [NAME]] [--add-generation-prompt]
 //                 [--no-thinking] [--decode] [--skip-special-tokens]
 //
+// `--chat-template` alone (or `--chat-template auto`) uses DIR's own template.
+//
 // Reads stdin line by line and writes one line to stdout per input line, flushed at once:
 //   {"text": "..."}                 -> {"ids": [...]}
 //   {"messages": [{"role", "content"}, ...]} (needs --chat-template; NAME is chatml, qwen3,
@@ -19,8 +21,13 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+
 namespace ooze {
 namespace launcher {
+
+// Its flags.
+const ConfigSchema& tokenize_schema();
 
 // `args` are the arguments after "tokenize". Returns the exit code. Throws ConfigError for bad
 // arguments and the tokenizer's errors when DIR cannot be loaded.

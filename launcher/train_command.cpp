@@ -8,6 +8,7 @@
 #include "actors/runtime.h"
 #include "core/config.h"
 #include "core/logging.h"
+#include "launcher/commands.h"
 #include "launcher/experiment_data.h"
 #include "launcher/job_restarts.h"
 #include "launcher/rl_loop.h"
@@ -65,10 +66,13 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
   const ConfigSchema& schema = train_schema();
   std::optional<Config> config = load_config_from_command_line(schema, args);
   if (!config) {
-    out << "usage: ooze train --hf-checkpoint DIR --prompt-data FILE --rm-type TYPE [flags]\n\n"
-        << schema.help();
+    out << command_help("train");
     return 0;
   }
+  // What this run changes, as Slime prints its arguments; every field goes to OUT/config.json.
+  out << "ooze train: config (what differs from the defaults; all of it in "
+      << config->get<std::string>("output_dir") << "/config.json):\n"
+      << config->describe_changes() << std::flush;
   // Everything that can be refused is checked before any process starts (here and in run_job).
   check_model_directory(config->get<std::string>("hf_checkpoint"), "--hf-checkpoint");
   const ExperimentData data = ExperimentData::load(*config);

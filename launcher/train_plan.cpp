@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "launcher/engine_supervisor.h"
+#include "launcher/slime_flags.h"
 #include "launcher/train_data_hooks.h"
 #include "models/model_config.h"
 #include "rollout/prompt_source.h"
@@ -53,6 +54,12 @@ ConfigSchema build_train_schema() {
       .add_int("global_batch_size", 0,
                "Samples per optimizer step; 0: the whole rollout (rollout_batch_size * "
                "n_samples_per_prompt) in one step.")
+      .min(0);
+  schema
+      .add_int("num_steps_per_rollout", 0,
+               "Slime's other way to set the batch: the rollout's samples split into this many "
+               "optimizer steps (--global-batch-size = rollout_batch_size * "
+               "n_samples_per_prompt / N); 0: --global-batch-size decides.")
       .min(0);
   schema.add_bool("use_rollout_logprobs", false,
                   "Use the engines' log-probs as the old policy's instead of recomputing them.");
@@ -116,6 +123,7 @@ ConfigSchema build_train_schema() {
   algorithms::add_algorithm_fields(schema);
   trainer::add_trainer_fields(schema);
   trainer::WeightSyncOptions::fields().declare(schema);
+  add_slime_flags(schema);
   schema.add_check("debug_modes", [](const Config& c) -> std::string {
     const bool loads = !c.get<std::string>("load_debug_rollout_data").empty();
     const bool sft = c.get<std::string>("rollout_function_path") == "sft";
@@ -185,9 +193,25 @@ TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
   }
   plan.num_rollout = rollout::num_rollouts(config, num_prompts, batch_size);
   plan.rollout_samples = batch_size * n_samples;
-  plan.global_batch_size = config.get<int64_t>("global_batch_size") > 0
-                               ? config.get<int64_t>("global_batch_size")
-                               : plan.rollout_samples;
+  const int64_t given_batch_size = config.get<int64_t>("global_batch_size");
+  plan.global_batch_size = given_batch_size > 0 ? given_batch_size : plan.rollout_samples;
+  // Slime's --num-steps-per-rollout says the same thing from the other side.
+  if (const int64_t steps = config.get<int64_t>("num_steps_per_rollout"); steps > 0) {
+    const std::string samples = "a rollout's " + std::to_string(plan.rollout_samples) +
+                                " samples (--rollout-batch-size * --n-samples-per-prompt)";
+    if (plan.rollout_samples % steps != 0) {
+      throw ConfigError("--num-steps-per-rollout " + std::to_string(steps) + " does not divide " +
+                        samples);
+    }
+    const int64_t derived = plan.rollout_samples / steps;
+    if (given_batch_size > 0 && given_batch_size != derived) {
+      throw ConfigError("--num-steps-per-rollout " + std::to_string(steps) +
+                        " means --global-batch-size " + std::to_string(derived) + " (" + samples +
+                        " in " + std::to_string(steps) + " steps), but --global-batch-size is " +
+                        std::to_string(given_batch_size) + ": keep one");
+    }
+    plan.global_batch_size = derived;
+  }
   if (plan.rollout_samples % plan.global_batch_size != 0) {
     throw ConfigError("--global-batch-size " + std::to_string(plan.global_batch_size) +
                       " does not divide a rollout's " + std::to_string(plan.rollout_samples) +
