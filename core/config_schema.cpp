@@ -11,6 +11,7 @@ namespace ooze {
 namespace {
 
 using config_spelling::dashes;
+using config_spelling::edit_distance;
 using config_spelling::join;
 using config_spelling::show_json;
 using config_spelling::underscores;
@@ -21,21 +22,6 @@ bool is_snake_case(const std::string& name) {
     return std::islower(static_cast<unsigned char>(c)) ||
            std::isdigit(static_cast<unsigned char>(c)) || c == '_';
   });
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
 }
 
 // Integers print without a fraction ("1", not "1.0"); other numbers as the shortest round trip.

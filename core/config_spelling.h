@@ -1,5 +1,6 @@
 // How config names and values are spelled in flags, help and messages; shared by the schema,
-// the help text and the resolution (core/config_*.cpp). Not part of the public config API.
+// the help text, the resolution (core/config_*.cpp) and the command table's "did you mean"
+// (launcher/commands.cpp). Not part of the public config API.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +20,22 @@ inline std::string underscores(std::string name) {
 inline std::string dashes(std::string name) {
   std::replace(name.begin(), name.end(), '_', '-');
   return name;
+}
+
+// Levenshtein distance: how near a misspelt name is to a known one ("did you mean").
+inline size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
 }
 
 inline std::string join(const std::vector<std::string>& items, const std::string& separator) {

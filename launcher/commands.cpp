@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/config_spelling.h"
 #include "launcher/cluster_command.h"
 #include "launcher/model_init_command.h"
 #include "launcher/plot_command.h"
@@ -80,21 +81,6 @@ std::vector<Command> build_commands() {
   };
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 }  // namespace
 
 const std::vector<Command>& commands() {
@@ -119,7 +105,7 @@ std::string nearest_command(const std::string& name) {
   std::string best;
   size_t best_distance = std::string::npos;
   for (const std::string& candidate : names) {
-    const size_t distance = edit_distance(name, candidate);
+    const size_t distance = config_spelling::edit_distance(name, candidate);
     const size_t threshold = std::max<size_t>(2, std::max(name.size(), candidate.size()) / 3);
     if (distance <= threshold && distance < best_distance) {
       best = candidate;

@@ -79,7 +79,9 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
   const TrainPlan plan = TrainPlan::resolve(*config, data.prompts->size());
   if (config->get<std::string>("data_source_path").empty()) {
     const int64_t batch = config->get<int64_t>("rollout_batch_size");
-    if (auto note = rollout::rollout_epochs_note(*data.prompts, batch)) OOZE_LOG(INFO) << *note;
+    if (auto note = rollout::rollout_epochs_note(*data.prompts, batch)) {
+      OOZE_LOG(INFO) << *note;
+    }
   }
 
   // --max-restarts: a trainer rank's death restarts the job from its last checkpoint.

@@ -121,6 +121,16 @@ TEST_F(TrainShutdownTest, CtrlCStopsTheJobWith130AndTheRunResumesFromItsLastChec
                                                    << job.driver->output();
   const std::string output = job.driver->output();
   EXPECT_NE(output.find("ooze train: interrupted: stopping"), std::string::npos) << output;
+  // Once stopping, the engines go away because the job takes them away: the driver's router and
+  // rollout say nothing of it (workers' own lines, "(Label pid=N) ...", are theirs).
+  std::istringstream after(output.substr(output.find("interrupted: stopping")));
+  for (std::string line; std::getline(after, line);) {
+    if (line.rfind("(", 0) == 0) continue;
+    EXPECT_TRUE(line.rfind("[W ", 0) != 0 &&
+                line.find("retrying on another engine") == std::string::npos &&
+                line.find("abort_request") == std::string::npos)
+        << "the stopping driver said: " << line;
+  }
   const int64_t iteration = job.expect_last_checkpoint_whole();
 
   // The run resumes from that checkpoint and takes one more rollout.
