@@ -24,13 +24,7 @@ namespace silent_zero_rewards_test {
 using ::ooze::testing::ooze_binary;
 using namespace std::chrono_literals;
 using nlohmann::json;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using ::ooze::testing::read_file;
 
 std::string quoted(const std::string& text) { return "'" + text + "'"; }
 
