@@ -30,6 +30,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "models/hf_checkpoint.h"
+#include "models/peft_adapter.h"
 #include "models/kv_cache.h"
 #include "models/tokenizer.h"
 #include "models/transformer.h"
@@ -108,7 +109,8 @@ class Engine::Loop {
   void resume_memory();
   void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& named,
                     std::optional<int64_t> new_version);
-  void begin_weight_sync(int64_t version, bool abort_in_flight, std::chrono::milliseconds timeout);
+  void begin_weight_sync(int64_t version, bool abort_in_flight, std::chrono::milliseconds timeout,
+                         bool partial);
   void load_weight_bucket(const std::vector<std::pair<std::string, at::Tensor>>& named);
   void finish_weight_sync(int64_t version);
   void abort_weight_sync(const std::string& reason);
@@ -178,6 +180,7 @@ class Engine::Loop {
   enum class WeightState { kServing, kSyncing, kIncomplete };
   WeightState weight_state_ = WeightState::kServing;
   int64_t sync_version_ = 0;
+  bool sync_is_partial_ = false;  // the sync in progress sends only the parameters that changed
   std::set<std::string> synced_parameters_;
   std::chrono::milliseconds sync_timeout_{0};
   std::chrono::steady_clock::time_point sync_deadline_;  // the next call of the sync, at latest
@@ -207,6 +210,9 @@ Engine::Loop::Loop(EngineOptions options)
       device_.is_cpu() ? available_host_memory() : std::nullopt;
   model_ = models::TransformerModel(config_, dtype_);
   models::load_hf_weights(*model_, options_.model_dir);
+  if (!options_.lora.empty()) {
+    models::merge_adapter_weights(*model_, models::load_peft_adapter(options_.lora));
+  }
   model_->to(device_);
   model_->eval();
 
@@ -707,12 +713,22 @@ void Engine::Loop::load_weights(const std::vector<std::pair<std::string, at::Ten
 }
 
 void Engine::Loop::begin_weight_sync(int64_t version, bool abort_in_flight,
-                                     std::chrono::milliseconds timeout) {
+                                     std::chrono::milliseconds timeout, bool partial) {
   run_command([&] {
     if (version <= weight_version_) {
       throw Error("weight sync to version " + std::to_string(version) +
                   " refused: it is not newer than the engine's version " +
                   std::to_string(weight_version_) + "; versions must increase");
+    }
+    if (partial && weight_state_ != WeightState::kServing) {
+      std::string why = sync_text() + " was not finished";
+      if (weight_state_ == WeightState::kIncomplete) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        why = weights_incomplete_reason_;
+      }
+      throw Error("partial weight sync to version " + std::to_string(version) +
+                  " refused: the engine's weights are incomplete (" + why +
+                  "); send every parameter");
     }
     if (weight_state_ == WeightState::kSyncing) {
       OOZE_LOG(WARN) << sync_text() << " was not finished; starting over with version " << version;
@@ -720,6 +736,7 @@ void Engine::Loop::begin_weight_sync(int64_t version, bool abort_in_flight,
     if (abort_in_flight) abort_all("aborted: weight sync to version " + std::to_string(version));
     weight_state_ = WeightState::kSyncing;
     sync_version_ = version;
+    sync_is_partial_ = partial;
     synced_parameters_.clear();
     sync_timeout_ = timeout;
     sync_deadline_ = std::chrono::steady_clock::now() + timeout;
@@ -757,7 +774,9 @@ void Engine::Loop::finish_weight_sync(int64_t version) {
     }
     std::vector<std::string> missing;
     for (auto& item : model_->named_parameters()) {
-      if (!synced_parameters_.count(item.key())) missing.push_back(item.key());
+      if (!sync_is_partial_ && !synced_parameters_.count(item.key())) {
+        missing.push_back(item.key());
+      }
     }
     if (!missing.empty()) {
       const std::string reason = sync_text() + " ended without " + std::to_string(missing.size()) +
@@ -862,8 +881,8 @@ void Engine::load_weights(const std::vector<std::pair<std::string, at::Tensor>>&
   loop_->load_weights(named_tensors, new_version);
 }
 void Engine::begin_weight_sync(int64_t version, bool abort_in_flight,
-                               std::chrono::milliseconds timeout) {
-  loop_->begin_weight_sync(version, abort_in_flight, timeout);
+                               std::chrono::milliseconds timeout, bool partial) {
+  loop_->begin_weight_sync(version, abort_in_flight, timeout, partial);
 }
 void Engine::load_weight_bucket(
     const std::vector<std::pair<std::string, at::Tensor>>& named_tensors) {

@@ -50,6 +50,7 @@ namespace ooze::engine {
 struct EngineOptions {
   std::string model_dir;              // a Hugging Face directory (config, weights, tokenizer)
   std::string served_model_name;      // what /v1/models reports; model_dir when empty
+  std::string lora;  // a PEFT LoRA adapter directory merged into the weights at start
   std::string dtype = "auto";         // "auto" (config.json's torch_dtype), "float32", "bfloat16"
   std::string device = "cpu";         // "cpu" or "cuda[:N]"
   int64_t max_running_requests = 64;  // sequences decoding at once
@@ -191,7 +192,12 @@ class Engine : public weight_sync::WeightSink {
   // call of the sync), the engine's weights are incomplete: every request in it is aborted
   // saying why, and submit() throws WeightsIncomplete until a new sync completes. A new
   // begin_weight_sync during a sync starts over.
-  void begin_weight_sync(int64_t version, bool abort_in_flight, std::chrono::milliseconds timeout);
+  //
+  // A partial sync (LoRA's merged sync after the first: only the adapted weights change) needs
+  // only the parameters it sends; the rest stay as they are. It needs complete weights to start
+  // from: an engine whose last sync failed refuses it (Error), and the trainer sends everything.
+  void begin_weight_sync(int64_t version, bool abort_in_flight, std::chrono::milliseconds timeout,
+                         bool partial = false);
   void load_weight_bucket(
       const std::vector<std::pair<std::string, at::Tensor>>& named_tensors) override;
   void finish_weight_sync(int64_t version);

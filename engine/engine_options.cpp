@@ -9,6 +9,9 @@ const OptionFields<EngineOptions>& EngineOptions::fields() {
     f.section("engine");
     f.add("model", &O::model_dir, "Hugging Face model directory (config, weights, tokenizer).")
         .required();
+    f.add("lora", &O::lora,
+          "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) "
+          "merged into --model's weights at start, so it costs nothing per token.");
     f.add("served_model_name", &O::served_model_name,
           "Name /v1/models reports; the model path if empty.");
     f.add_choice("dtype", &O::dtype, {"auto", "float32", "bfloat16"},

@@ -80,16 +80,18 @@ FsdpTransformer::FsdpTransformer(models::TransformerModel model,
     : model_(std::move(model)), options_(options) {
   sharded_ = std::make_unique<FullyShardedModule>(*model_, unit_prefixes(model_->config()),
                                                   std::move(comm), options_.shard);
-  if (!model_->config().tie_word_embeddings) embed_unit_ = sharded_->unit_index(kEmbedPrefix);
+  // Units of frozen parameters do not exist with replicate_frozen (a LoRA base): those parts of
+  // the model run as plain modules.
+  if (!model_->config().tie_word_embeddings) embed_unit_ = sharded_->find_unit(kEmbedPrefix);
   for (size_t i = 0; i < model_->layers().size(); ++i) {
-    layer_units_.push_back(sharded_->unit_index(layer_prefix(i)));
+    layer_units_.push_back(sharded_->find_unit(layer_prefix(i)));
   }
-  if (!sharded_->root_unit()) {
+  root_unit_ = sharded_->root_unit();
+  if (!root_unit_ && !options_.shard.replicate_frozen) {
     throw Error(
         "FsdpTransformer: the model has no root parameters (final norm); this is not a "
         "TransformerModel layout");
   }
-  root_unit_ = *sharded_->root_unit();
   const int64_t cp_size = options_.context_parallel_size;
   const int world = sharded_->world_size();
   if (cp_size < 1 || world % cp_size != 0) {
@@ -150,10 +152,10 @@ torch::Tensor FsdpTransformer::run_layers(const torch::Tensor& input_ids,
                                           const torch::Tensor& position_ids,
                                           const AttendBlock& attend) {
   const std::optional<size_t> first_layer =
-      layer_units_.empty() ? std::nullopt : std::optional<size_t>(layer_units_.front());
+      layer_units_.empty() ? std::nullopt : layer_units_.front();
 
   // The root first (the tied embeddings need it at once), the next unit in flight meanwhile.
-  sharded_->unshard_async(root_unit_);
+  if (root_unit_) sharded_->unshard_async(*root_unit_);
   if (options_.shard.prefetch) {
     if (embed_unit_) {
       sharded_->unshard_async(*embed_unit_);
@@ -161,7 +163,7 @@ torch::Tensor FsdpTransformer::run_layers(const torch::Tensor& input_ids,
       sharded_->unshard_async(*first_layer);
     }
   }
-  sharded_->hold_unsharded(root_unit_);
+  if (root_unit_) sharded_->hold_unsharded(*root_unit_);
   if (torch::GradMode::is_enabled()) ++graphs_in_flight_;
 
   torch::Tensor hidden;
@@ -185,15 +187,19 @@ torch::Tensor FsdpTransformer::run_layers(const torch::Tensor& input_ids,
         return models::checkpointed(run, x, params);
       };
     }
+    if (!layer_units_[i]) {  // wholly frozen and replicated: an ordinary module
+      hidden = block(hidden);
+      continue;
+    }
     const std::optional<size_t> next =
-        i + 1 < layer_units_.size() ? std::optional<size_t>(layer_units_[i + 1]) : std::nullopt;
-    hidden = sharded_->run_unit(layer_units_[i], block, hidden, next);
+        i + 1 < layer_units_.size() ? layer_units_[i + 1] : std::nullopt;
+    hidden = sharded_->run_unit(*layer_units_[i], block, hidden, next);
   }
   return model_->final_norm()->forward(hidden);
 }
 
 torch::Tensor FsdpTransformer::lm_head_weight() {
-  if (!sharded_->unit(root_unit_).is_unsharded()) {
+  if (root_unit_ && !sharded_->unit(*root_unit_).is_unsharded()) {
     throw Error(
         "FsdpTransformer::lm_head_weight: the head is not gathered; call it between "
         "forward() and backward()/reshard()");
@@ -202,7 +208,7 @@ torch::Tensor FsdpTransformer::lm_head_weight() {
 }
 
 torch::Tensor FsdpTransformer::value_head_weight() {
-  if (!sharded_->unit(root_unit_).is_unsharded()) {
+  if (root_unit_ && !sharded_->unit(*root_unit_).is_unsharded()) {
     throw Error(
         "FsdpTransformer::value_head_weight: the head is not gathered; call it between "
         "forward() and backward()/reshard()");

@@ -17,6 +17,10 @@
 // Scoring without gradients: forward under torch::NoGradGuard, use lm_head_weight(), then
 // reshard().
 //
+// LoRA (models/lora.h, options.shard.replicate_frozen): the frozen base stays replicated in
+// the module and only the adapters are sharded, one unit per layer; the embeddings, the final
+// norm and the head then have no unit and run as plain modules.
+//
 // Context parallelism (options.context_parallel_size C > 1): the W ranks form W / C groups of C
 // consecutive ranks (d * C .. d * C + C - 1); parameters stay sharded over all W ranks, while
 // the ranks of one CP group share each micro-batch. Each rank runs forward_context_parallel on
@@ -124,9 +128,10 @@ class FsdpTransformer {
   FsdpTransformerOptions options_;
   std::shared_ptr<comm::Communicator> cp_group_;
   std::unique_ptr<FullyShardedModule> sharded_;
-  std::optional<size_t> embed_unit_;  // untied embeddings only
-  std::vector<size_t> layer_units_;
-  size_t root_unit_ = 0;
+  // Absent: the part has no unit (tied embeddings; frozen parts with replicate_frozen).
+  std::optional<size_t> embed_unit_;
+  std::vector<std::optional<size_t>> layer_units_;
+  std::optional<size_t> root_unit_;
   int graphs_in_flight_ = 0;  // forwards with grad whose backward has not run yet
 };
 

@@ -118,6 +118,7 @@ const OptionFields<FullyShardOptions>& FullyShardOptions::fields() {
     f.add("prefetch", &O::prefetch,
           "Gather the next layer's parameters while the current one computes.");
     f.add_internal("sync_module_states", &O::sync_module_states);
+    f.add_internal("replicate_frozen", &O::replicate_frozen);
     return f;
   }();
   return fields;
@@ -138,6 +139,7 @@ FullyShardedModule::FullyShardedModule(torch::nn::Module& module,
   const size_t root_slot = unit_prefixes.size();
   std::vector<std::vector<std::pair<std::string, torch::Tensor>>> members(root_slot + 1);
   std::map<const c10::TensorImpl*, std::pair<std::string, size_t>> owner_of;  // tied tensors
+  std::vector<bool> matched(root_slot + 1, false);
   for (const auto& item : named) {
     const std::string& name = item.key();
     size_t slot = root_slot;
@@ -164,10 +166,12 @@ FullyShardedModule::FullyShardedModule(torch::nn::Module& module,
       }
       continue;  // a tied alias in the same unit is sharded once
     }
+    matched[slot] = true;
+    if (options_.replicate_frozen && !item.value().requires_grad()) continue;
     members[slot].emplace_back(name, item.value());
   }
   for (size_t u = 0; u < unit_prefixes.size(); ++u) {
-    if (members[u].empty()) {
+    if (!matched[u]) {
       throw Error("fully_shard: unit '" + unit_prefixes[u] + "' matches no parameter of '" +
                   module.name() + "' (the first parameter is named '" + named.begin()->key() +
                   "'); give module name prefixes such as 'model.layers.0'");
@@ -175,12 +179,16 @@ FullyShardedModule::FullyShardedModule(torch::nn::Module& module,
   }
 
   for (size_t slot = 0; slot <= root_slot; ++slot) {
-    if (members[slot].empty()) continue;  // only the root may be empty
+    if (members[slot].empty()) continue;  // the root, or a unit of frozen parameters
     if (options_.sync_module_states && world_size() > 1) broadcast_from_rank0(members[slot]);
     const std::string name = slot == root_slot ? kRootUnitName : unit_prefixes[slot];
     if (slot == root_slot) root_ = units_.size();
     units_.push_back(std::make_unique<FlatParam>(name, std::move(members[slot]), comm_,
                                                  options_.mixed_precision));
+  }
+  if (units_.empty()) {
+    throw Error("fully_shard: every parameter of '" + module.name() +
+                "' is frozen and stays replicated (replicate_frozen): nothing to shard or train");
   }
   held_.assign(units_.size(), false);
   const auto device = torch::TensorOptions().device(units_.front()->master_shard().device());
@@ -209,10 +217,15 @@ void FullyShardedModule::broadcast_from_rank0(
   }
 }
 
-size_t FullyShardedModule::unit_index(const std::string& name) const {
+std::optional<size_t> FullyShardedModule::find_unit(const std::string& name) const {
   for (size_t i = 0; i < units_.size(); ++i) {
     if (units_[i]->name() == name) return i;
   }
+  return std::nullopt;
+}
+
+size_t FullyShardedModule::unit_index(const std::string& name) const {
+  if (const std::optional<size_t> found = find_unit(name)) return *found;
   std::string known;
   for (const auto& unit : units_) known += (known.empty() ? "" : ", ") + unit->name();
   throw Error("fsdp: no unit named '" + name + "'; the units are: " + known);

@@ -83,6 +83,11 @@ struct FullyShardOptions {
   // Broadcast rank 0's parameter values before sharding, so ranks that built or loaded
   // different values still end identical (FSDP's sync_module_states).
   bool sync_module_states = false;
+  // Leave the parameters that do not require grad out of the units: they stay the module's own
+  // tensors, replicated on every rank in their dtype, never gathered, reduced or stepped (the
+  // frozen base of a LoRA model, whose units then hold only the adapters). Off, frozen
+  // parameters are sharded like the rest (a reference model: 1/W of it per rank).
+  bool replicate_frozen = false;
 
   // --bf16, --reshard-after-forward, --prefetch ("fsdp" section).
   static const OptionFields<FullyShardOptions>& fields();
@@ -100,7 +105,8 @@ class FullyShardedModule {
   // group; null means a single rank. The module must outlive this object, and from now on its
   // parameters are views of the units' unsharded buffers (in param_dtype): use it only through
   // this object. Throws ooze::Error when a prefix matches no parameter, a parameter matches two
-  // prefixes, or the module has no parameters.
+  // prefixes, or the module has no parameters (no trainable ones, with replicate_frozen). With
+  // replicate_frozen a prefix whose parameters are all frozen gets no unit.
   FullyShardedModule(torch::nn::Module& module, const std::vector<std::string>& unit_prefixes,
                      std::shared_ptr<comm::Communicator> comm, FullyShardOptions options);
   ~FullyShardedModule();
@@ -118,6 +124,8 @@ class FullyShardedModule {
   const FlatParam& unit(size_t index) const { return *units_.at(index); }
   // Index of the unit named `name` (a prefix, or kRootUnitName); throws ooze::Error if none.
   size_t unit_index(const std::string& name) const;
+  // The same, or nothing when no unit has that name.
+  std::optional<size_t> find_unit(const std::string& name) const;
   std::optional<size_t> root_unit() const { return root_; }
 
   // Runs `block(input)` as unit `unit` (see the header comment). `input` may be undefined.

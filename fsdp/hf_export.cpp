@@ -16,6 +16,7 @@
 #include "core/safetensors.h"
 #include "models/hf_directory.h"
 #include "models/model_config.h"
+#include "models/peft_adapter.h"
 
 namespace ooze::fsdp {
 namespace {
@@ -122,6 +123,29 @@ void export_hf_model(const std::string& dir, FsdpTransformer& model,
     OOZE_LOG(INFO) << "exported " << sharded.num_units() << " units (" << total_bytes
                    << " bytes) as a Hugging Face model to " << target.string();
   }
+}
+
+void export_peft_adapter(const std::string& dir, FsdpTransformer& model,
+                         const models::LoraOptions& lora, const std::string& base_model) {
+  FullyShardedModule& sharded = model.sharded();
+  std::map<std::string, torch::Tensor> adapter;  // small: rank 0 holds it whole
+  for (size_t u = 0; u < sharded.num_units(); ++u) {
+    const torch::Tensor full = sharded.gather_full_master(u);
+    if (sharded.rank() != 0) continue;
+    for (const FlatParamEntry& entry : sharded.unit(u).entries()) {
+      adapter[entry.name] =
+          full.narrow(0, entry.offset, entry.numel).view(entry.shape).cpu().clone();
+    }
+  }
+  std::exception_ptr failure;
+  if (sharded.rank() == 0) {
+    try {
+      models::save_peft_adapter(dir, lora, adapter, base_model);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  agree_with_rank0(sharded, failure, fs::path(), dir);
 }
 
 }  // namespace ooze::fsdp

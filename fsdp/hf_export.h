@@ -18,6 +18,7 @@
 #include <string>
 
 #include "fsdp/fsdp_transformer.h"
+#include "models/lora.h"
 
 namespace ooze::fsdp {
 
@@ -29,5 +30,11 @@ namespace ooze::fsdp {
 // rank 0, every rank throws (IoError) and `dir` is untouched.
 void export_hf_model(const std::string& dir, FsdpTransformer& model,
                      const std::string& tokenizer_dir = "");
+
+// A LoRA model's adapters (its only sharded parameters) as a PEFT adapter directory
+// (models/peft_adapter.h) naming `base_model` as its base. A collective like export_hf_model:
+// every rank gathers, rank 0 writes, and every rank throws IoError when rank 0 could not.
+void export_peft_adapter(const std::string& dir, FsdpTransformer& model,
+                         const models::LoraOptions& lora, const std::string& base_model);
 
 }  // namespace ooze::fsdp

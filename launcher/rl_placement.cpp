@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -170,6 +171,9 @@ trainer::TrainInit policy_init(const Config& config, const TrainPlan& plan) {
                             &init.options.step.policy_loss.mismatch.custom_tis_function_path}) {
     *path = python::with_absolute_file(*path);
   }
+  if (!init.options.lora.load.empty()) {
+    init.options.lora.load = std::filesystem::absolute(init.options.lora.load).string();
+  }
   init.hook_args = config.to_json().dump();
   return init;
 }
@@ -181,6 +185,7 @@ trainer::TrainInit critic_init(const Config& config, const trainer::TrainInit& a
   const std::string critic_load = config.get<std::string>("critic_load");
   if (!critic_load.empty()) critic.model_dir = critic_load;
   critic.reference_model = false;
+  critic.options.lora = {};  // the value head is new: the critic trains in full
   critic.options.step.loss_type = trainer::LossType::kValueLoss;
   critic.options.step.value_loss = algorithms::ValueLossOptions::fields().read(config);
   const double critic_lr = config.get<double>("critic_lr");

@@ -65,10 +65,12 @@ void check_replaceable_model_dir(const fs::path& target, const std::string& what
     throw IoError(what + ": '" + target.string() +
                   "' exists and is not a directory; choose another output path");
   }
-  if (!fs::exists(target / "config.json") && !fs::is_empty(target, ec)) {
+  if (!fs::exists(target / "config.json") && !fs::exists(target / "adapter_config.json") &&
+      !fs::is_empty(target, ec)) {
     throw IoError(what + ": '" + target.string() +
-                  "' is a non-empty directory without config.json, so not a model directory "
-                  "this may replace; choose another output path or remove it");
+                  "' is a non-empty directory without config.json or adapter_config.json, so not "
+                  "a model or adapter directory this may replace; choose another output path or "
+                  "remove it");
   }
 }
 

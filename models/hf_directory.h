@@ -15,9 +15,9 @@ namespace ooze::models {
 void fsync_path(const std::filesystem::path& path);
 // Replaces `path` with `json` (indented) atomically and durably; throws ooze::IoError.
 void write_json_file(const std::filesystem::path& path, const nlohmann::json& json);
-// An existing `target` may be replaced only if it is a model directory (with config.json) or
-// empty, so that a mistyped output path never deletes someone's files. Throws ooze::IoError
-// naming `what` (the operation) otherwise.
+// An existing `target` may be replaced only if it is a model directory (with config.json), a
+// PEFT adapter directory (adapter_config.json) or empty, so that a mistyped output path never
+// deletes someone's files. Throws ooze::IoError naming `what` (the operation) otherwise.
 void check_replaceable_model_dir(const std::filesystem::path& target, const std::string& what);
 // config.json, generation_config.json and the tokenizer files present in `tokenizer_dir`
 // ("" copies none), each synced.

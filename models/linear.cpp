@@ -1,5 +1,7 @@
 #include "models/linear.h"
 
+#include "core/error.h"
+
 namespace ooze::models {
 
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias,
@@ -9,7 +11,23 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  return bias.defined() ? torch::linear(x, weight, bias) : torch::linear(x, weight);
+  torch::Tensor y = bias.defined() ? torch::linear(x, weight, bias) : torch::linear(x, weight);
+  if (!lora_A || !adapter_enabled_) return y;
+  const bool training = adapter_dropout_ > 0 && torch::GradMode::is_enabled();
+  const torch::Tensor adapter_input = training ? torch::dropout(x, adapter_dropout_, true) : x;
+  return y + adapter_scaling_ * lora_B->forward(lora_A->forward(adapter_input));
+}
+
+void LinearImpl::add_adapter(int64_t rank, double alpha, double dropout, c10::ScalarType dtype) {
+  if (lora_A) throw Error("this linear layer already has a LoRA adapter");
+  if (rank < 1)
+    throw Error("a LoRA adapter needs a rank of at least 1, got " + std::to_string(rank));
+  lora_A =
+      register_module("lora_A", std::make_shared<LinearImpl>(weight.size(1), rank, false, dtype));
+  lora_B =
+      register_module("lora_B", std::make_shared<LinearImpl>(rank, weight.size(0), false, dtype));
+  adapter_scaling_ = alpha / static_cast<double>(rank);
+  adapter_dropout_ = dropout;
 }
 
 }  // namespace ooze::models

@@ -9,20 +9,6 @@
 namespace ooze::models {
 namespace {
 
-// A stable 64-bit seed for parameter `name` under `seed` (FNV-1a of the name, then a
-// splitmix64 finaliser): std::hash differs between standard libraries.
-uint64_t parameter_seed(uint64_t seed, const std::string& name) {
-  uint64_t hash = 14695981039346656037ull;
-  for (unsigned char c : name) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  uint64_t z = hash ^ (seed + 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 void check_token_ids(const torch::Tensor& ids, const char* what, int64_t vocab_size) {
   if (!ids.defined() || ids.dim() != 1 ||
       (ids.scalar_type() != torch::kLong && ids.scalar_type() != torch::kInt)) {
@@ -46,6 +32,19 @@ ModelConfig validated(ModelConfig config) {
 }
 
 }  // namespace
+
+// FNV-1a of the name, then a splitmix64 finaliser: std::hash differs between standard libraries.
+uint64_t parameter_seed(uint64_t seed, const std::string& name) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : name) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  uint64_t z = hash ^ (seed + 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 TransformerModelImpl::TransformerModelImpl(ModelConfig config, std::optional<c10::ScalarType> dtype,
                                            ModelHead head)

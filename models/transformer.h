@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "models/decoder_layer.h"
@@ -123,5 +124,8 @@ class TransformerModelImpl : public torch::nn::Module {
   Linear score_{nullptr};
 };
 TORCH_MODULE(TransformerModel);
+
+// The seed of parameter `name`'s generator under a model seed (init_weights, LoRA adapters).
+uint64_t parameter_seed(uint64_t seed, const std::string& name);
 
 }  // namespace ooze::models

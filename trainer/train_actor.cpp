@@ -19,8 +19,12 @@
 #include "fsdp/lr_schedule.h"
 #include "fsdp/sharded_adamw.h"
 #include "fsdp/sharded_loading.h"
+#include "models/hf_checkpoint.h"
+#include "models/lora.h"
 #include "models/model_config.h"
+#include "models/peft_adapter.h"
 #include "python/hook_args.h"
+#include "trainer/lora_weights.h"
 #include "trainer/python_loss.h"
 #include "trainer/reference_model.h"
 
@@ -42,6 +46,26 @@ at::Device compute_device() {
   return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index ? std::atoi(index) : 0));
 }
 
+// A LoRA policy: the base loaded whole into every rank in the compute dtype and frozen, the
+// adapters (fresh, or from --lora-load) the only sharded and trained parameters.
+std::unique_ptr<fsdp::FsdpTransformer> lora_model(const std::string& model_dir,
+                                                  const models::LoraOptions& lora,
+                                                  fsdp::FsdpTransformerOptions options,
+                                                  std::shared_ptr<comm::Communicator> comm,
+                                                  at::Device device) {
+  models::TransformerModel model(models::load_model_config(model_dir),
+                                 options.shard.mixed_precision.param_dtype);
+  models::load_hf_weights(*model, model_dir);
+  // Seed 0: every rank, and every run, starts from the same adapter (B = 0: the base).
+  models::add_lora_adapters(*model, lora, /*seed=*/0);
+  if (!lora.load.empty()) {
+    models::load_adapter_weights(*model, models::load_peft_adapter(lora.load));
+  }
+  model->to(device);
+  options.shard.replicate_frozen = true;
+  return std::make_unique<fsdp::FsdpTransformer>(model, std::move(comm), options);
+}
+
 }  // namespace
 
 struct TrainActor::State {
@@ -52,6 +76,7 @@ struct TrainActor::State {
   std::shared_ptr<comm::Communicator> comm;
   std::unique_ptr<fsdp::FsdpTransformer> model;
   std::unique_ptr<ReferenceModel> reference;
+  bool reference_is_base = false;  // LoRA: the reference is the model with its adapters off
   std::unique_ptr<fsdp::ShardedAdamW> optimizer;
   std::unique_ptr<fsdp::LrSchedule> schedule;
   TrainerOptions options;
@@ -83,21 +108,29 @@ int64_t TrainActor::init(const TrainInit& init) {
 
   const TrainerOptions& options = init.options;
   const fsdp::FsdpTransformerOptions& fsdp_options = options.fsdp;
-  models::ModelConfig config = models::load_model_config(init.model_dir);
   const bool critic = init.role == TrainerRole::kCritic;
-  models::TransformerModel model(
-      config, std::nullopt, critic ? models::ModelHead::kValue : models::ModelHead::kLanguageModel);
-  if (critic) {
-    // A policy's checkpoint has no value head: it starts at 0, every value 0.
-    torch::NoGradGuard no_grad;
-    model->value_head()->weight.zero_();
+  if (options.lora.enabled()) {
+    if (critic) throw ConfigError("a critic trains in full: its options must not enable LoRA");
+    state->model =
+        lora_model(init.model_dir, options.lora, fsdp_options, state->comm, state->device);
+    // The reference is the base itself, the adapters off: no second copy.
+    state->reference_is_base = init.reference_model && init.ref_load.empty();
+  } else {
+    models::TransformerModel model(
+        models::load_model_config(init.model_dir), std::nullopt,
+        critic ? models::ModelHead::kValue : models::ModelHead::kLanguageModel);
+    if (critic) {
+      // A policy's checkpoint has no value head: it starts at 0, every value 0.
+      torch::NoGradGuard no_grad;
+      model->value_head()->weight.zero_();
+    }
+    model->to(state->device);
+    state->model = std::make_unique<fsdp::FsdpTransformer>(model, state->comm, fsdp_options);
+    fsdp::load_sharded_safetensors(
+        state->model->sharded(), init.model_dir,
+        critic ? std::set<std::string>{"score.weight"} : std::set<std::string>{});
   }
-  model->to(state->device);
-  state->model = std::make_unique<fsdp::FsdpTransformer>(model, state->comm, fsdp_options);
-  fsdp::load_sharded_safetensors(
-      state->model->sharded(), init.model_dir,
-      critic ? std::set<std::string>{"score.weight"} : std::set<std::string>{});
-  if (init.reference_model) {
+  if (init.reference_model && !state->reference_is_base) {
     // Before any step (and before a checkpoint is loaded): the initial policy, exactly.
     state->reference = std::make_unique<ReferenceModel>(
         init.ref_load.empty()
@@ -137,6 +170,11 @@ ResponseLogProbs TrainActor::compute_log_probs(const TrainBatch& batch, double t
 
 ResponseLogProbs TrainActor::compute_ref_log_probs(const TrainBatch& batch, double temperature) {
   if (!state_) throw Error("TrainActor::compute_ref_log_probs before init");
+  if (state_->reference_is_base) {
+    models::AdaptersDisabled base(*state_->model->model());
+    return trainer::compute_log_probs(*state_->model, batch.samples, state_->options.step.packing,
+                                      temperature, /*with_entropy=*/false);
+  }
   if (!state_->reference) {
     throw Error(
         "TrainActor::compute_ref_log_probs: this trainer holds no reference model (init it "
@@ -173,7 +211,11 @@ fsdp::TrainingProgress TrainActor::load_iteration(const std::string& dir, int64_
 
 std::string TrainActor::save_hf(const std::string& dir) {
   if (!state_) throw Error("TrainActor::save_hf before init");
-  fsdp::export_hf_model(dir, *state_->model, state_->model_dir);
+  if (state_->options.lora.enabled()) {
+    fsdp::export_peft_adapter(dir, *state_->model, state_->options.lora, state_->model_dir);
+  } else {
+    fsdp::export_hf_model(dir, *state_->model, state_->model_dir);
+  }
   return dir;
 }
 
@@ -194,9 +236,16 @@ void TrainActor::connect_rollout_engines(const RolloutEngineConnection& connecti
     dtype = info.dtype;
   }
   state_->weight_syncer.reset();  // its buffers and group go before the new ones form
+  SyncedWeights weights;
+  if (state_->options.lora.enabled()) {
+    weights.all = merged_lora_weights(*state_->model, /*adapted_only=*/false);
+    weights.changed = merged_lora_weights(*state_->model, /*adapted_only=*/true);
+  } else {
+    weights.all = sharded_parameters(state_->model->sharded());
+  }
   state_->weight_syncer = std::make_unique<WeightSyncer>(
-      state_->model->sharded(), models::dtype_from_name(dtype, "the rollout engines' dtype"),
-      connection.engines,
+      state_->model->sharded(), std::move(weights),
+      models::dtype_from_name(dtype, "the rollout engines' dtype"), connection.engines,
       connection.colocate ? EnginePlacement::kColocated : EnginePlacement::kDisaggregated,
       connection.options, state_->group_name);
 }
@@ -231,8 +280,14 @@ void TrainActor::wake_up() {
 int64_t TrainActor::state_bytes() const {
   if (!state_) return 0;
   const size_t reference = state_->reference ? state_->reference->sharded().allocated_bytes() : 0;
+  size_t frozen = 0;  // a LoRA base, outside the shards
+  if (state_->options.lora.enabled()) {
+    for (const auto& parameter : state_->model->model()->parameters()) {
+      if (!parameter.requires_grad()) frozen += parameter.nbytes();
+    }
+  }
   return static_cast<int64_t>(state_->model->sharded().allocated_bytes() +
-                              state_->optimizer->state_bytes() + reference);
+                              state_->optimizer->state_bytes() + reference + frozen);
 }
 
 namespace {

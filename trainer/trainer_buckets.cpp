@@ -9,23 +9,43 @@
 
 namespace ooze::trainer {
 
-TrainerBuckets::TrainerBuckets(fsdp::FullyShardedModule& model, at::ScalarType engine_dtype,
-                               int64_t max_bucket_bytes)
-    : model_(model) {
-  std::vector<weight_sync::TensorSpec> specs;
-  std::map<std::string, Source> source_of;
+std::vector<SyncedTensor> sharded_parameters(fsdp::FullyShardedModule& model) {
+  std::vector<SyncedTensor> tensors;
   for (size_t u = 0; u < model.num_units(); ++u) {
-    const auto& entries = model.unit(u).entries();
-    for (size_t e = 0; e < entries.size(); ++e) {
-      specs.push_back(weight_sync::TensorSpec{entries[e].name, engine_dtype, entries[e].shape});
-      source_of[entries[e].name] = Source{u, e};
+    for (const fsdp::FlatParamEntry& entry : model.unit(u).entries()) {
+      tensors.push_back(SyncedTensor{entry.name, entry.shape, u,
+                                     [offset = entry.offset, numel = entry.numel,
+                                      shape = entry.shape](const at::Tensor& gathered) {
+                                       return gathered.narrow(0, offset, numel).view(shape);
+                                     }});
     }
+  }
+  return tensors;
+}
+
+TrainerBuckets::TrainerBuckets(fsdp::FullyShardedModule& model, std::vector<SyncedTensor> tensors,
+                               at::ScalarType engine_dtype, int64_t max_bucket_bytes)
+    : model_(model), tensors_(std::move(tensors)) {
+  std::vector<weight_sync::TensorSpec> specs;
+  std::map<std::string, size_t> index_of;
+  std::optional<size_t> last_unit;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (const std::optional<size_t> unit = tensors_[i].unit) {
+      if (last_unit && *unit < *last_unit) {
+        throw Error("TrainerBuckets: '" + tensors_[i].name + "' comes from unit " +
+                    std::to_string(*unit) + " after a tensor of unit " +
+                    std::to_string(*last_unit) + "; list the tensors in unit order");
+      }
+      last_unit = unit;
+    }
+    specs.push_back(weight_sync::TensorSpec{tensors_[i].name, engine_dtype, tensors_[i].shape});
+    index_of[tensors_[i].name] = i;
   }
   plan_ = weight_sync::plan_buckets(specs, max_bucket_bytes);
   for (const weight_sync::BucketManifest& bucket : plan_) {
-    std::vector<Source> sources;
+    std::vector<size_t> sources;
     for (const weight_sync::BucketEntry& entry : bucket.entries)
-      sources.push_back(source_of.at(entry.name));
+      sources.push_back(index_of.at(entry.name));
     sources_.push_back(std::move(sources));
   }
 }
@@ -61,23 +81,21 @@ void TrainerBuckets::pack(size_t index, at::Tensor* buffer) {
                 std::to_string(plan_.size()) + " (buckets go in order; restart() to begin again)");
   }
   const weight_sync::BucketManifest& bucket = plan_[index];
-  const std::vector<Source>& sources = sources_[index];
-  // Visit the entries in walk order, so every rank gathers each unit once and in the same order
-  // whatever the bucket's layout order.
+  const std::vector<size_t>& sources = sources_[index];
+  // Visit the entries in walk order (tensors whose unit comes earlier first), so every rank
+  // gathers each unit once and in the same order whatever the bucket's layout order.
   std::vector<size_t> order(sources.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::tie(sources[a].unit, sources[a].entry) <
-           std::tie(sources[b].unit, sources[b].entry);
-  });
-  std::vector<at::Tensor> tensors(sources.size());
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return sources[a] < sources[b]; });
+  std::vector<at::Tensor> values(sources.size());
   for (size_t i : order) {
-    const fsdp::FlatParamEntry& entry = model_.unit(sources[i].unit).entries()[sources[i].entry];
-    tensors[i] = gathered(sources[i].unit).narrow(0, entry.offset, entry.numel).view(entry.shape);
+    const SyncedTensor& tensor = tensors_[sources[i]];
+    values[i] = tensor.value(tensor.unit ? gathered(*tensor.unit) : at::Tensor());
   }
   if (buffer != nullptr) {
     at::Tensor view = buffer->narrow(0, 0, bucket.nbytes);
-    weight_sync::pack_into(bucket, tensors, view);
+    weight_sync::pack_into(bucket, values, view);
   }
   ++next_bucket_;
   if (next_bucket_ == plan_.size()) restart();

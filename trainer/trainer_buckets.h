@@ -15,12 +15,18 @@
 //   }
 //
 // Ranks that hand nothing over pass nullptr: they take part in the gathers only.
+//
+// What the engines receive need not be the FSDP parameters one to one: a LoRA model sends its
+// frozen base with the adapters merged in (trainer/lora_weights.h). Each tensor is then a
+// SyncedTensor: its engine name and shape, the unit it is computed from, and how.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,11 +38,31 @@ class FullyShardedModule;
 
 namespace ooze::trainer {
 
+// One tensor the engines receive.
+struct SyncedTensor {
+  std::string name;  // the engine's (Hugging Face) parameter name
+  std::vector<int64_t> shape;
+  // The FSDP unit its values are computed from, gathered when the walk reaches it; none for a
+  // tensor the module holds whole (a frozen, replicated one).
+  std::optional<size_t> unit;
+  // Its values in any floating dtype, given the unit's gathered flat fp32 vector (undefined
+  // when `unit` is none).
+  std::function<at::Tensor(const at::Tensor& gathered_unit)> value;
+};
+
+// Every parameter of `model`, as it is: what a sync of a fully trained model sends.
+std::vector<SyncedTensor> sharded_parameters(fsdp::FullyShardedModule& model);
+
 class TrainerBuckets {
  public:
-  // Plans the buckets (plan_buckets) of every parameter of `model` in `engine_dtype`.
+  // Plans the buckets (plan_buckets) of `tensors` in `engine_dtype`. The tensors come in walk
+  // order: the units they are computed from never decrease (Error otherwise).
+  TrainerBuckets(fsdp::FullyShardedModule& model, std::vector<SyncedTensor> tensors,
+                 at::ScalarType engine_dtype, int64_t max_bucket_bytes);
+  // The same for every parameter of `model`.
   TrainerBuckets(fsdp::FullyShardedModule& model, at::ScalarType engine_dtype,
-                 int64_t max_bucket_bytes);
+                 int64_t max_bucket_bytes)
+      : TrainerBuckets(model, sharded_parameters(model), engine_dtype, max_bucket_bytes) {}
 
   const std::vector<weight_sync::BucketManifest>& plan() const { return plan_; }
   // The largest bucket's size: what a reused buffer needs.
@@ -52,18 +78,13 @@ class TrainerBuckets {
   void restart();
 
  private:
-  // Where a manifest entry's values live: unit and entry of fsdp's flat parameters.
-  struct Source {
-    size_t unit = 0;
-    size_t entry = 0;
-  };
-
   // The full flat values of `unit`, gathered if the walk has just reached it.
   const at::Tensor& gathered(size_t unit);
 
   fsdp::FullyShardedModule& model_;
+  std::vector<SyncedTensor> tensors_;
   std::vector<weight_sync::BucketManifest> plan_;
-  std::vector<std::vector<Source>> sources_;  // per bucket, per manifest entry
+  std::vector<std::vector<size_t>> sources_;  // per bucket, per manifest entry: its tensor
   size_t next_bucket_ = 0;
   size_t gathered_unit_ = 0;
   at::Tensor gathered_;  // undefined when no unit is gathered

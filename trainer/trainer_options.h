@@ -24,6 +24,7 @@
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/lr_schedule.h"
 #include "fsdp/sharded_adamw.h"
+#include "models/lora.h"
 #include "trainer/train_step.h"
 
 namespace ooze::trainer {
@@ -34,6 +35,9 @@ struct TrainerOptions {
   // --bf16, --reshard-after-forward, --prefetch, --gradient-checkpointing,
   // --context-parallel-size, --cp-impl
   fsdp::FsdpTransformerOptions fsdp;
+  // --lora-rank, --lora-alpha, --lora-dropout, --target-modules, --lora-load: train a LoRA
+  // adapter on the frozen base instead of the full model.
+  models::LoraOptions lora;
   // Batching, --loss-aggregation, --loss-type, --clip-grad. The policy loss's options (the
   // algorithm section) and the rollouts' temperature (log-probs are taken at it) are the RL
   // loop's to set.

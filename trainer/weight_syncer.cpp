@@ -87,22 +87,32 @@ void WeightSyncer::call_targets(std::vector<Target>& targets, const std::string&
   }
 }
 
-WeightSyncer::WeightSyncer(fsdp::FullyShardedModule& model, at::ScalarType engine_dtype,
-                           std::vector<EngineHandle> engines, EnginePlacement placement,
-                           WeightSyncOptions options, std::string name)
+WeightSyncer::WeightSyncer(fsdp::FullyShardedModule& model, SyncedWeights weights,
+                           at::ScalarType engine_dtype, std::vector<EngineHandle> engines,
+                           EnginePlacement placement, WeightSyncOptions options, std::string name)
     : model_(model),
       engines_(std::move(engines)),
       placement_(placement),
       options_(options),
       name_(std::move(name)),
-      buckets_(model, engine_dtype, options.update_weight_buffer_size),
+      all_(model, std::move(weights.all), engine_dtype, options.update_weight_buffer_size),
       rank_(model.rank()),
       world_size_(model.world_size()),
       engine_mapped_(engines_.size(), false) {
+  if (!weights.changed.empty()) {
+    changed_.emplace(model, std::move(weights.changed), engine_dtype,
+                     options.update_weight_buffer_size);
+  }
   for (const EngineHandle& engine : engines_) engine_restarts_.push_back(engine.info().restarts);
   if (engines_.empty()) throw ConfigError("WeightSyncer: no rollout engine to sync");
   weight_sync::cleanup_stale_segments();  // left by trainers that died mid-sync
 }
+
+WeightSyncer::WeightSyncer(fsdp::FullyShardedModule& model, at::ScalarType engine_dtype,
+                           std::vector<EngineHandle> engines, EnginePlacement placement,
+                           WeightSyncOptions options, std::string name)
+    : WeightSyncer(model, SyncedWeights{sharded_parameters(model), {}}, engine_dtype,
+                   std::move(engines), placement, options, std::move(name)) {}
 
 WeightSyncer::~WeightSyncer() = default;
 
@@ -131,42 +141,63 @@ WeightSyncReport WeightSyncer::sync_engine(size_t index, int64_t version) {
   }
   engine_mapped_[index] = false;  // a restarted engine has mapped nothing
   leave_group_of(index);          // nor joined any group
+  send_all_next_ = true;          // and its weights may be anything
   return run(version, /*abort_in_flight=*/true, {index});
+}
+
+int64_t WeightSyncer::largest_bucket_bytes() const {
+  return std::max(all_.largest_bucket_bytes(), changed_ ? changed_->largest_bucket_bytes() : 0);
+}
+
+bool WeightSyncer::agree_on_partial() {
+  if (!changed_) return false;
+  const std::shared_ptr<comm::Communicator>& comm = model_.communicator();
+  if (!comm || comm->size() == 1) return !send_all_next_;
+  at::Tensor send_all =
+      at::full({1}, send_all_next_ ? 1.0f : 0.0f,
+               at::TensorOptions().device(model_.unit(0).master_shard().device()));
+  comm->all_reduce(send_all, comm::ReduceOp::MAX);
+  return send_all.item<float>() == 0.0f;
 }
 
 WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
                                    const std::vector<size_t>& indices) {
   const Clock::time_point start = Clock::now();
-  WeightSyncReport report;
-  report.version = version;
-  report.buckets = static_cast<int64_t>(buckets_.plan().size());
-  report.bytes = buckets_.total_bytes();
-
   std::vector<Target> targets;
   const std::vector<size_t> served = served_engines();
   for (size_t index : indices) {
     if (std::find(served.begin(), served.end(), index) == served.end()) continue;
     // An engine the runtime restarted since the last sync (it died between two) is a new
-    // process: it has mapped no buffer and joined no group.
+    // process: it has mapped no buffer, joined no group, and holds its initial weights.
     const int32_t restarts = engines_[index].info().restarts;
     if (restarts != engine_restarts_[index]) {
       engine_mapped_[index] = false;
       leave_group_of(index);
       engine_restarts_[index] = restarts;
+      send_all_next_ = true;
     }
     targets.push_back(Target{index, &engines_[index], ""});
   }
+  const bool partial = agree_on_partial();
+  buckets_ = partial ? &*changed_ : &all_;
+  send_all_next_ = true;  // until this sync is known to have reached every engine
+  WeightSyncReport report;
+  report.version = version;
+  report.buckets = static_cast<int64_t>(buckets_->plan().size());
+  report.bytes = buckets_->total_bytes();
   trainer_checksums_.clear();
   if (targets.empty()) {
     walk_without_delivering(report);  // the other ranks' gathers need this rank's shards
     report.seconds = seconds_since(start);
+    send_all_next_ = false;
     return report;
   }
 
   Clock::time_point control = Clock::now();
   const auto timeout = options_.timeout();
   call_targets(targets, "begin_weight_sync(" + std::to_string(version) + ")",
-               &serving::RolloutEngine::begin_weight_sync, version, abort_in_flight, timeout);
+               &serving::RolloutEngine::begin_weight_sync, version, abort_in_flight, timeout,
+               partial);
   report.control_seconds += seconds_since(control);
 
   if (placement_ == EnginePlacement::kColocated) {
@@ -198,6 +229,7 @@ WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
   }
   report.engines = delivered;
   report.seconds = seconds_since(start);
+  send_all_next_ = !failures.str().empty();
   if (!failures.str().empty()) {
     throw WeightSyncError("weight sync to version " + std::to_string(version) +
                           " from trainer rank " + std::to_string(rank_) + " failed for " +
@@ -218,7 +250,7 @@ void WeightSyncer::leave_group_of(size_t index) {
 
 void WeightSyncer::walk_without_delivering(WeightSyncReport& report) {
   const Clock::time_point start = Clock::now();
-  for (size_t k = 0; k < buckets_.plan().size(); ++k) buckets_.pack(k, nullptr);
+  for (size_t k = 0; k < buckets_->plan().size(); ++k) buckets_->pack(k, nullptr);
   report.pack_seconds += seconds_since(start);
 }
 
@@ -234,7 +266,7 @@ void WeightSyncer::open_shared_buffers(std::vector<Target>& targets) {
   const at::Device device = model_.unit(0).master_shard().device();
   weight_sync::SharedWeightBuffers buffers;
   buffers.cuda_ipc = device.is_cuda();
-  buffers.nbytes = buckets_.largest_bucket_bytes();
+  buffers.nbytes = largest_bucket_bytes();
   for (int i = 0; i < 2; ++i) {
     if (buffers.cuda_ipc) {
       cuda_buffers_.push_back(weight_sync::CudaIpcBuffer::create(buffers.nbytes, device.index()));
@@ -255,8 +287,8 @@ void WeightSyncer::open_shared_buffers(std::vector<Target>& targets) {
 
 void WeightSyncer::pack(size_t k, at::Tensor& buffer, WeightSyncReport& report) {
   const Clock::time_point start = Clock::now();
-  buckets_.pack(k, &buffer);
-  if (options_.check) add_checksums(buckets_.plan()[k], buffer, trainer_checksums_);
+  buckets_->pack(k, &buffer);
+  if (options_.check) add_checksums(buckets_->plan()[k], buffer, trainer_checksums_);
   report.pack_seconds += seconds_since(start);
 }
 
@@ -264,7 +296,7 @@ void WeightSyncer::deliver_colocated(std::vector<Target>& targets, WeightSyncRep
   const Clock::time_point control = Clock::now();
   open_shared_buffers(targets);
   report.control_seconds += seconds_since(control);
-  const std::vector<weight_sync::BucketManifest>& plan = buckets_.plan();
+  const std::vector<weight_sync::BucketManifest>& plan = buckets_->plan();
 
   // Each engine's load of the bucket before, in flight while the next is packed into the other
   // buffer.
@@ -352,7 +384,7 @@ void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncRep
     walk_without_delivering(report);  // the other trainer ranks' gathers need this rank
     return;
   }
-  const std::vector<weight_sync::BucketManifest>& plan = buckets_.plan();
+  const std::vector<weight_sync::BucketManifest>& plan = buckets_->plan();
   std::vector<actors::Future<int64_t>> receiving;
   for (Target& t : targets) {
     receiving.push_back(t.engine->call(&serving::RolloutEngine::receive_weight_buckets, plan));
@@ -360,7 +392,7 @@ void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncRep
   const at::TensorOptions byte_options =
       at::TensorOptions(at::kByte).device(model_.unit(0).master_shard().device());
   for (at::Tensor& buffer : broadcast_buffers_) {
-    if (!buffer.defined()) buffer = at::empty({buckets_.largest_bucket_bytes()}, byte_options);
+    if (!buffer.defined()) buffer = at::empty({largest_bucket_bytes()}, byte_options);
   }
   comm::WorkPtr sending;
   std::string broadcast_failure;
@@ -412,7 +444,7 @@ void WeightSyncer::check_checksums(std::vector<Target>& targets) {
     }
     const std::map<std::string, uint32_t> by_name(engine_sums.begin(), engine_sums.end());
     for (const weight_sync::BucketManifest& bucket :
-         buckets_.plan()) {  // walk order: the first that differs
+         buckets_->plan()) {  // walk order: the first that differs
       for (const weight_sync::BucketEntry& entry : bucket.entries) {
         auto found = by_name.find(entry.name);
         const uint32_t expected = trainer_checksums_.at(entry.name);

@@ -29,6 +29,12 @@
 //
 // Every trainer rank must call sync()/sync_engine() with the same arguments, in the same order:
 // the walk all-gathers each FSDP unit.
+//
+// Partial syncs. When only some tensors change from step to step (LoRA: the adapted weights,
+// trainer/lora_weights.h), SyncedWeights::changed lists them, and every sync after an engine's
+// first sends only those (Engine::begin_weight_sync with partial). Everything is sent again
+// after a failure on any rank and to a restarted engine: the ranks agree on it by an all-reduce
+// before the walk, so they always walk the same plan.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,6 +42,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,12 +92,23 @@ struct WeightSyncReport {
   }
 };
 
+// What a sync sends: `all` the engines' tensors, and of them the ones that `changed` since
+// the last sync (empty: every sync sends all).
+struct SyncedWeights {
+  std::vector<SyncedTensor> all;
+  std::vector<SyncedTensor> changed;
+};
+
 class WeightSyncer {
  public:
   using EngineHandle = actors::ActorHandle<serving::RolloutEngine>;
 
   // `engines` in the same order on every rank; `engine_dtype` is the engines' parameter dtype
   // (EngineInfo::dtype). `name` makes the broadcast group's keys unique in the cluster.
+  WeightSyncer(fsdp::FullyShardedModule& model, SyncedWeights weights, at::ScalarType engine_dtype,
+               std::vector<EngineHandle> engines, EnginePlacement placement,
+               WeightSyncOptions options, std::string name);
+  // Every sync sends every parameter of `model`.
   WeightSyncer(fsdp::FullyShardedModule& model, at::ScalarType engine_dtype,
                std::vector<EngineHandle> engines, EnginePlacement placement,
                WeightSyncOptions options, std::string name);
@@ -105,7 +123,8 @@ class WeightSyncer {
   // may equal the others' current one: it only has to be newer than this engine's.
   WeightSyncReport sync_engine(size_t index, int64_t version);
 
-  const std::vector<weight_sync::BucketManifest>& plan() const { return buckets_.plan(); }
+  // The plan of a sync that sends everything.
+  const std::vector<weight_sync::BucketManifest>& plan() const { return all_.plan(); }
   // The indices of the engines this rank delivers to (colocated: i mod W == rank; disaggregated:
   // all of them on rank 0, none elsewhere).
   std::vector<size_t> served_engines() const;
@@ -113,6 +132,10 @@ class WeightSyncer {
  private:
   struct Target;  // one engine of a sync, and how it is doing
   WeightSyncReport run(int64_t version, bool abort_in_flight, const std::vector<size_t>& indices);
+  // Whether this sync sends only the changed tensors: no rank has a reason to send all.
+  bool agree_on_partial();
+  // What a shared or broadcast buffer must hold: the largest bucket of either plan.
+  int64_t largest_bucket_bytes() const;
   void deliver_colocated(std::vector<Target>& targets, WeightSyncReport& report);
   void deliver_broadcast(std::vector<Target>& targets, WeightSyncReport& report);
   void walk_without_delivering(WeightSyncReport& report);
@@ -135,7 +158,10 @@ class WeightSyncer {
   EnginePlacement placement_;
   WeightSyncOptions options_;
   std::string name_;
-  TrainerBuckets buckets_;
+  TrainerBuckets all_;
+  std::optional<TrainerBuckets> changed_;  // none: every sync sends all_
+  TrainerBuckets* buckets_ = &all_;        // the plan of the sync in progress
+  bool send_all_next_ = true;              // this rank's engines are new, restarted or failed
   int rank_ = 0;
   int world_size_ = 1;
   std::map<std::string, uint32_t> trainer_checksums_;  // of the last sync's packed tensors

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -366,6 +369,98 @@ TEST_F(TrainActorTest, TheReferenceModelIsTheInitialPolicyOrTheRefLoadCheckpoint
   stop(pair);
   stop(single);
   stop(plain);
+}
+
+}  // namespace train_actor_test
+}  // namespace ooze::trainer
+
+namespace ooze::trainer {
+namespace train_actor_test {
+
+// LoRA (--lora-rank): the adapters are the only sharded, trained and checkpointed state; one and
+// two ranks train the same adapter; the reference is the base with the adapters off; the adapter
+// leaves as a PEFT directory that --lora-load starts from.
+TEST_F(TrainActorTest, LoraTrainsOnlyTheAdapterAlikeAtOneAndTwoRanks) {
+  const std::vector<std::string> lora_flags = {"--lora-rank", "4", "--lora-alpha", "8"};
+  TrainInit init;
+  init.options = trainer_options(lora_flags);
+  init.reference_model = true;
+  auto full = start_group(1, "lora-full");
+  auto single = start_group(1, "lora-single", init);
+  auto pair = start_group(2, "lora-pair", init);
+
+  // A fresh adapter (B = 0) leaves the base exactly: the same log-probs as the full model.
+  const Sequences probe = batch(99);
+  const std::vector<std::vector<float>> initial = score(full, probe);
+  EXPECT_EQ(score(single, probe), initial);
+  EXPECT_EQ(score(pair, probe), initial);
+  // The frozen base holds 4 bytes a parameter and nothing else; full training 16 (weights,
+  // gradients, two AdamW moments).
+  const int64_t full_bytes = get_all(full.call_all(&TrainActor::state_bytes))[0];
+  const int64_t lora_bytes = get_all(single.call_all(&TrainActor::state_bytes))[0];
+  EXPECT_LT(static_cast<double>(lora_bytes) / static_cast<double>(full_bytes), 0.4);
+  stop(full);  // the runtime has 4 CPUs
+
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_NEAR(train(single, step), train(pair, step), 1e-5) << "step " << step;
+  }
+  const std::vector<std::vector<float>> trained = score(pair, probe);
+  EXPECT_GT(max_difference(trained, initial), 1e-3);
+  EXPECT_LT(max_difference(score(single, probe), trained), 1e-5);
+  // The reference model is the base: the adapters off, whatever they learned.
+  for (const ResponseLogProbs& reference : get_all(pair.call_all(
+           &TrainActor::compute_ref_log_probs, batch_of(probe), /*temperature=*/1.0))) {
+    for (size_t s = 0; s < probe.size(); ++s) {
+      EXPECT_TRUE(torch::equal(reference.log_probs[s], torch::tensor(initial[s], torch::kFloat)))
+          << "sample " << s;
+    }
+  }
+
+  // A checkpoint holds the adapter and its optimizer state only; one rank continues from two's.
+  const std::string checkpoints = *dir_ + "/lora-checkpoints";
+  get_all(pair.call_all(&TrainActor::save, checkpoints));
+  uintmax_t checkpoint_bytes = 0;
+  for (const auto& file : std::filesystem::recursive_directory_iterator(checkpoints)) {
+    if (file.is_regular_file()) checkpoint_bytes += file.file_size();
+  }
+  EXPECT_LT(checkpoint_bytes * 4, static_cast<uintmax_t>(full_bytes));
+  get_all(single.call_all(&TrainActor::load, checkpoints));
+  EXPECT_EQ(score(single, probe), trained);
+  stop(single);
+
+  // save_hf writes a PEFT adapter directory; --lora-load starts a new group from it.
+  const std::string adapter = *dir_ + "/lora-adapter";
+  get_all(pair.call_all(&TrainActor::save_hf, adapter));
+  const nlohmann::json config =
+      nlohmann::json::parse(std::ifstream(adapter + "/adapter_config.json"));
+  EXPECT_EQ(config.at("r"), 4);
+  EXPECT_EQ(config.at("lora_alpha"), 8.0);
+  EXPECT_EQ(config.at("base_model_name_or_path"), *dir_ + "/model");
+  std::vector<std::string> load_flags = lora_flags;
+  load_flags.insert(load_flags.end(), {"--lora-load", adapter});
+  auto loaded = start_group(1, "lora-loaded", trainer_options(load_flags));
+  EXPECT_EQ(score(loaded, probe), trained);
+  stop(loaded);
+  // An adapter of another rank does not fit, and says so.
+  actors::ActorGroupOptions options;
+  options.actor.resources = {{"CPU", 1}};
+  options.group_name = "lora-wrong-rank";
+  auto wrong = TrainerGroup::spawn(1, options);
+  TrainInit wrong_rank;
+  wrong_rank.model_dir = *dir_ + "/model";
+  wrong_rank.group_name = options.group_name;
+  wrong_rank.options =
+      trainer_options({"--lora-rank", "2", "--lora-alpha", "4", "--lora-load", adapter});
+  try {
+    get_all(wrong.call_all(&TrainActor::init, wrong_rank));
+    ADD_FAILURE() << "a rank-4 adapter loaded into rank-2 adapters";
+  } catch (const actors::RemoteError& error) {
+    EXPECT_NE(std::string(error.what()).find("has shape [4, 64], the model's is [2, 64]"),
+              std::string::npos)
+        << error.what();
+  }
+  stop(wrong);
+  stop(pair);
 }
 
 }  // namespace train_actor_test

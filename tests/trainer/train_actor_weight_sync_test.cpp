@@ -300,5 +300,45 @@ TEST_F(TrainActorWeightSyncTest, ATrainerKilledMidSyncLeavesEnginesRefusingUntil
   }
 }
 
+// LoRA: the engines run the plain model and receive the frozen base with the adapters merged
+// in, W + (alpha / r) B A; after an engine's first sync only the adapted weights travel. The
+// judge: an engine of this process on the base with the group's saved PEFT adapter merged at
+// start (what `ooze serve --lora` runs). Colocated first, then the same group reconnected to
+// the engines by broadcast, which sends everything once again.
+TEST_F(TrainActorWeightSyncTest, LoraEnginesGetMergedWeightsAndThenOnlyTheAdaptedOnes) {
+  groups_.push_back(start_group(2, "lora-sync",
+                                trainer_options({"--lora-rank", "4", "--lora-alpha", "16",
+                                                 "--target-modules", "q_proj,v_proj,down_proj"})));
+  const TrainerGroup group = groups_.back();
+  const auto engines = spawn_engines(2, "float32");
+  // hidden 64, 4 heads of 16 (2 for keys and values), intermediate 3 x 64: per layer q_proj
+  // [64, 64], v_proj [32, 64] and down_proj [64, 192], in fp32.
+  const int64_t adapted_bytes = 2 * (64 * 64 + 32 * 64 + 64 * 192) * 4;
+  int64_t version = 0;
+  for (const bool colocate : {true, false}) {
+    connect(group, engines, colocate, 4096);
+    for (int sync = 0; sync < 2; ++sync) {
+      ++version;
+      train(group, static_cast<int>(version));
+      const auto reports =
+          actors::get_all(group.call_all(&TrainActor::update_weights, version, true));
+      if (sync == 0) {
+        EXPECT_GT(reports[0].bytes, 3 * adapted_bytes) << "version " << version;
+      } else {
+        EXPECT_EQ(reports[0].bytes, adapted_bytes) << "version " << version;
+      }
+      const std::string adapter = *dir_ + "/lora-sync-v" + std::to_string(version);
+      actors::get_all(group.call_all(&TrainActor::save_hf, adapter));
+      engine::EngineOptions options = ::ooze::testing::small_engine_options(*dir_ + "/model");
+      options.lora = adapter;
+      engine::Engine expected(options);
+      for (size_t i = 0; i < engines.size(); ++i) {
+        expect_serves(engines[i], expected, version,
+                      "engine " + std::to_string(i) + ", version " + std::to_string(version));
+      }
+    }
+  }
+}
+
 }  // namespace train_actor_weight_sync_test
 }  // namespace ooze::trainer

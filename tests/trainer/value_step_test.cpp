@@ -24,10 +24,10 @@
 namespace ooze::trainer {
 namespace value_step_test {
 
-using ooze::testing::error_message_of;
 using fsdp_test::kInitSeed;
 using fsdp_test::make_model;
 using fsdp_test::tiny_config;
+using ooze::testing::error_message_of;
 
 models::TransformerModel value_model(uint64_t seed) {
   models::TransformerModel model(tiny_config(/*tied=*/true), std::nullopt,
