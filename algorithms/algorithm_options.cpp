@@ -27,6 +27,7 @@ AlgorithmOptions AlgorithmOptions::from_config(const Config& config) {
   options.advantage = AdvantageOptions::fields().read(config);
   options.policy_loss = PolicyLossOptions::fields().read(config);
   options.value_loss = ValueLossOptions::fields().read(config);
+  options.opd = OpdOptions::fields().read(config);
   // As Slime: the estimator picks the policy loss.
   options.policy_loss.kind = policy_loss_kind_for(options.advantage.estimator);
   options.validate();
@@ -62,6 +63,7 @@ void add_algorithm_fields(ConfigSchema& schema) {
   AdvantageOptions::fields().declare(schema);
   PolicyLossOptions::fields().declare(schema);
   ValueLossOptions::fields().declare(schema);
+  OpdOptions::fields().declare(schema);
 
   schema.add_check("algorithm_options", [](const Config& config) {
     try {

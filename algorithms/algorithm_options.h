@@ -12,6 +12,7 @@
 #pragma once
 
 #include "algorithms/advantages.h"
+#include "algorithms/on_policy_distillation.h"
 #include "algorithms/policy_loss.h"
 #include "algorithms/value_loss.h"
 #include "core/config.h"
@@ -22,6 +23,7 @@ struct AlgorithmOptions {
   AdvantageOptions advantage;
   PolicyLossOptions policy_loss;
   ValueLossOptions value_loss;
+  OpdOptions opd;  // on-policy distillation (--use-opd)
 
   // Reads the fields add_algorithm_fields declares; throws ConfigError as validate() does.
   static AlgorithmOptions from_config(const Config& config);

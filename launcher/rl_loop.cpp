@@ -358,13 +358,27 @@ void RlLoop::score(RolloutBatch& batch, MetricLine& line) {
     batch.set("values", trainer::values(job_.critics, everything, trainer_.step.packing));
     line["perf/values_time"] = seconds_since(start);
   }
+  const algorithms::OpdOptions& opd = algorithm_.opd;
+  if (opd.use_opd) {
+    if (opd.type == algorithms::OpdType::kTrainer) {
+      start = Clock::now();
+      batch.set("teacher_log_probs",
+                trainer::log_probs(job_.trainers, everything, trainer_.step.packing,
+                                   trainer_.step.temperature, trainer::Scorer::kTeacher));
+      line["perf/teacher_log_probs_time"] = seconds_since(start);
+    }
+    std::vector<at::Tensor> masks;
+    for (const fsdp::PackingSample& sample : batch.samples) masks.push_back(sample.response_mask);
+    line["train/opd_kl"] =
+        algorithms::mean_opd_kl(batch.get("old_log_probs"), batch.get("teacher_log_probs"), masks);
+  }
   algorithms::AdvantageOptions advantage = algorithm_.advantage;
   if (batch.rewards_are_final) {
     // --custom-reward-post-process-path normalised them already.
     advantage.disable_rewards_normalization = true;
     advantage.disable_grpo_std_normalization = true;
   }
-  compute_advantages(batch, advantage, algorithm_.policy_loss.kl_loss_type);
+  compute_advantages(batch, advantage, algorithm_.policy_loss.kl_loss_type, opd);
 }
 
 // Each optimizer step logs a line of its own, "train/step" counting the policy's steps over the

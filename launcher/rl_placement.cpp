@@ -164,6 +164,10 @@ trainer::TrainInit policy_init(const Config& config, const TrainPlan& plan) {
   init.options.step.temperature = temperature > 0 ? temperature : 1.0;
   init.reference_model = plan.needs_reference;
   init.ref_load = config.get<std::string>("ref_load");
+  const algorithms::OpdOptions opd = algorithms::OpdOptions::fields().read(config);
+  if (opd.use_opd && opd.type == algorithms::OpdType::kTrainer) {
+    init.teacher_load = opd.teacher_hf_checkpoint;
+  }
   // A Python loss's file is the one this command names, wherever a rank runs; its `args` are the
   // run's flags.
   for (std::string* path : {&init.options.step.custom_loss_function_path,

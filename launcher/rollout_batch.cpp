@@ -174,7 +174,7 @@ at::Tensor rollout_level_rewards(const RolloutBatch& batch, algorithms::Advantag
 }  // namespace
 
 void compute_advantages(RolloutBatch& batch, const algorithms::AdvantageOptions& given_options,
-                        algorithms::KlEstimator kl_type) {
+                        algorithms::KlEstimator kl_type, const algorithms::OpdOptions& opd) {
   algorithms::AdvantageOptions options = given_options;
   algorithms::AdvantageInputs inputs;
   if (options.estimator == algorithms::AdvantageEstimator::kPpo)
@@ -196,6 +196,11 @@ void compute_advantages(RolloutBatch& batch, const algorithms::AdvantageOptions&
     }
   }
   algorithms::AdvantageResult result = algorithms::compute_advantages(inputs, options);
+  if (opd.use_opd) {
+    result.advantages = algorithms::distilled_advantages(
+        result.advantages, batch.get("old_log_probs"), batch.get("teacher_log_probs"),
+        inputs.response_masks, opd.kl_coef);
+  }
   if (options.whitens_advantages()) {
     // The driver holds the whole step: its own statistics are the global ones.
     const algorithms::WhiteningStats stats =

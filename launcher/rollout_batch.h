@@ -28,6 +28,7 @@
 
 #include "algorithms/advantages.h"
 #include "algorithms/kl.h"
+#include "algorithms/on_policy_distillation.h"
 #include "rollout/sample.h"
 #include "trainer/train_actor.h"
 
@@ -74,8 +75,10 @@ RolloutBatch rollout_batch(const std::vector<std::vector<rollout::Sample>>& grou
 // `kl_type` (--kl-loss-type, as Slime), and whitens the advantages over every counted token of the
 // batch when the estimator asks (AdvantageOptions::whitens_advantages). ppo takes GAE over the
 // critic's "values" (set them first). With split rollouts the group baseline is taken over
-// rollouts (grpo, gspo, cispo, reinforce_plus_plus_baseline; rloo throws ConfigError).
+// rollouts (grpo, gspo, cispo, reinforce_plus_plus_baseline; rloo throws ConfigError). With
+// `opd` on (--use-opd) the estimator's advantages are lowered by the distillation term between
+// "old_log_probs" and "teacher_log_probs" (algorithms/on_policy_distillation.h) before whitening.
 void compute_advantages(RolloutBatch& batch, const algorithms::AdvantageOptions& options,
-                        algorithms::KlEstimator kl_type);
+                        algorithms::KlEstimator kl_type, const algorithms::OpdOptions& opd = {});
 
 }  // namespace ooze::launcher

@@ -251,6 +251,17 @@ TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
     }
   }
 
+  if (algorithm.opd.use_opd) {
+    if (plan.source == RolloutSource::kSft || !plan.with_trainers) {
+      throw ConfigError(
+          "--use-opd distills into a policy trained on its own rollouts: it needs trainers and "
+          "generated samples");
+    }
+    check_model_directory(algorithm.opd.teacher_hf_checkpoint, "--opd-teacher-hf-checkpoint");
+    if (algorithm.opd.type == algorithms::OpdType::kEngine) {
+      throw ConfigError("--opd-type engine is not available yet: use --opd-type trainer");
+    }
+  }
   if (plan.needs_reference && !config.get<std::string>("ref_load").empty()) {
     check_model_directory(config.get<std::string>("ref_load"), "--ref-load");
   }

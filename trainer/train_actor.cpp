@@ -77,6 +77,7 @@ struct TrainActor::State {
   std::unique_ptr<fsdp::FsdpTransformer> model;
   std::unique_ptr<ReferenceModel> reference;
   bool reference_is_base = false;  // LoRA: the reference is the model with its adapters off
+  std::unique_ptr<ReferenceModel> teacher;  // on-policy distillation's, in the trainer
   std::unique_ptr<fsdp::ShardedAdamW> optimizer;
   std::unique_ptr<fsdp::LrSchedule> schedule;
   TrainerOptions options;
@@ -137,6 +138,18 @@ int64_t TrainActor::init(const TrainInit& init) {
             ? ReferenceModel::copy_of(*state->model, fsdp_options)
             : ReferenceModel::from_hf_checkpoint(init.ref_load, state->comm, fsdp_options));
   }
+  if (!init.teacher_load.empty()) {
+    state->teacher = std::make_unique<ReferenceModel>(
+        ReferenceModel::from_hf_checkpoint(init.teacher_load, state->comm, fsdp_options));
+    const int64_t student_vocab = state->model->model()->config().vocab_size;
+    if (state->teacher->config().vocab_size != student_vocab) {
+      throw ConfigError("the teacher '" + init.teacher_load + "' has a vocabulary of " +
+                        std::to_string(state->teacher->config().vocab_size) +
+                        " tokens, the student " + std::to_string(student_vocab) +
+                        ": on-policy distillation scores the student's token ids, so the two "
+                        "must share a tokenizer");
+    }
+  }
   state->optimizer = std::make_unique<fsdp::ShardedAdamW>(state->model->sharded(), options.adamw);
   state->schedule = std::make_unique<fsdp::LrSchedule>(options.lr_schedule, options.total_iters);
   int64_t parameters = 0;
@@ -182,6 +195,18 @@ ResponseLogProbs TrainActor::compute_ref_log_probs(const TrainBatch& batch, doub
   }
   return state_->reference->compute_log_probs(batch.samples, state_->options.step.packing,
                                               temperature);
+}
+
+ResponseLogProbs TrainActor::compute_teacher_log_probs(const TrainBatch& batch,
+                                                       double temperature) {
+  if (!state_) throw Error("TrainActor::compute_teacher_log_probs before init");
+  if (!state_->teacher) {
+    throw Error(
+        "TrainActor::compute_teacher_log_probs: this trainer holds no teacher (init it with "
+        "teacher_load, as --use-opd --opd-type trainer does)");
+  }
+  return state_->teacher->compute_log_probs(batch.samples, state_->options.step.packing,
+                                            temperature);
 }
 
 std::vector<at::Tensor> TrainActor::compute_values(const TrainBatch& batch) {
@@ -279,7 +304,8 @@ void TrainActor::wake_up() {
 
 int64_t TrainActor::state_bytes() const {
   if (!state_) return 0;
-  const size_t reference = state_->reference ? state_->reference->sharded().allocated_bytes() : 0;
+  size_t reference = state_->reference ? state_->reference->sharded().allocated_bytes() : 0;
+  if (state_->teacher) reference += state_->teacher->sharded().allocated_bytes();
   size_t frozen = 0;  // a LoRA base, outside the shards
   if (state_->options.lora.enabled()) {
     for (const auto& parameter : state_->model->model()->parameters()) {
@@ -297,6 +323,7 @@ const auto train_actor_class =
         .method("train_step", &TrainActor::train_step)
         .method("compute_log_probs", &TrainActor::compute_log_probs)
         .method("compute_ref_log_probs", &TrainActor::compute_ref_log_probs)
+        .method("compute_teacher_log_probs", &TrainActor::compute_teacher_log_probs)
         .method("compute_values", &TrainActor::compute_values)
         .method("save", &TrainActor::save)
         .method("load", &TrainActor::load)

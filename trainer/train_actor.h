@@ -53,12 +53,15 @@ struct TrainInit {
   // the policy: the HF model in `ref_load` (--ref-load), or else the initial policy.
   bool reference_model = false;
   std::string ref_load;
+  // On-policy distillation with --opd-type trainer: the teacher's HF directory, loaded frozen
+  // and sharded like the reference model (compute_teacher_log_probs). Empty: none.
+  std::string teacher_load;
   // The run's flags as JSON (Config::to_json): the `args` of a Python loss in this rank
   // (python/hook_args.h). Empty: none.
   std::string hook_args;
   template <class A>
   void serialize(A& ar) {
-    ar(model_dir, group_name, options, role, reference_model, ref_load, hook_args);
+    ar(model_dir, group_name, options, role, reference_model, ref_load, teacher_load, hook_args);
   }
 };
 
@@ -98,6 +101,8 @@ class TrainActor {
                                      bool with_entropy);
   // The same under the frozen reference model (init with reference_model); a collective.
   ResponseLogProbs compute_ref_log_probs(const TrainBatch& batch, double temperature);
+  // The same under the teacher of on-policy distillation (init with teacher_load); a collective.
+  ResponseLogProbs compute_teacher_log_probs(const TrainBatch& batch, double temperature);
   // A critic's value of every response token of each sample ([R_i] fp32, fsdp::compute_values);
   // a collective.
   std::vector<at::Tensor> compute_values(const TrainBatch& batch);

@@ -76,14 +76,17 @@ std::vector<at::Tensor> log_probs(const TrainerGroup& group, const TrainBatch& g
                                   Scorer scorer) {
   const std::vector<std::vector<int64_t>> shares = deal(global, group.size(), packing);
   const std::vector<TrainBatch> per_rank = shares_of(global, shares);
-  std::vector<ResponseLogProbs> answers =
-      scorer == Scorer::kPolicy
-          ? actors::get_all(group.call_each(
-                &TrainActor::compute_log_probs,
-                [&](int rank) { return std::make_tuple(per_rank[rank], temperature, false); }))
-          : actors::get_all(group.call_each(&TrainActor::compute_ref_log_probs, [&](int rank) {
-              return std::make_tuple(per_rank[rank], temperature);
-            }));
+  std::vector<ResponseLogProbs> answers;
+  if (scorer == Scorer::kPolicy) {
+    answers = actors::get_all(group.call_each(&TrainActor::compute_log_probs, [&](int rank) {
+      return std::make_tuple(per_rank[rank], temperature, false);
+    }));
+  } else {
+    const auto method = scorer == Scorer::kReference ? &TrainActor::compute_ref_log_probs
+                                                     : &TrainActor::compute_teacher_log_probs;
+    answers = actors::get_all(group.call_each(
+        method, [&](int rank) { return std::make_tuple(per_rank[rank], temperature); }));
+  }
   std::vector<std::vector<at::Tensor>> log_probs;
   for (ResponseLogProbs& answer : answers) log_probs.push_back(std::move(answer.log_probs));
   return in_batch_order(global.samples.size(), shares, log_probs);

@@ -43,10 +43,11 @@ PendingTrainStep start_train_step(const TrainerGroup& group, const TrainBatch& g
                                   const fsdp::PackingOptions& packing);
 
 // Which weights score the samples.
-enum class Scorer { kPolicy, kReference };
+enum class Scorer { kPolicy, kReference, kTeacher };
 
 // log p of every response token of each sample of `global` ([R_i] float32 each, in the batch's
-// order) at `temperature`, by the policy or by the frozen reference model (TrainInit's).
+// order) at `temperature`, by the policy, the frozen reference model or the distillation
+// teacher (TrainInit's).
 std::vector<at::Tensor> log_probs(const TrainerGroup& group, const TrainBatch& global,
                                   const fsdp::PackingOptions& packing, double temperature,
                                   Scorer scorer = Scorer::kPolicy);

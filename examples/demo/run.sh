@@ -11,7 +11,8 @@
 #
 #   examples/demo/run.sh [OUT]
 # Environment: BUILD_DIR (build), SEED (1), SFT_STEPS (160), NUM_ROLLOUT (800), EVAL_INTERVAL
-# (100), PLACEMENT_ARGS (the placement flags, default 2 trainer ranks and 2 engines apart), and
+# (100), PLACEMENT_ARGS (the placement flags, default 2 trainer ranks and 2 engines apart),
+# GRPO_EXTRA_ARGS (more flags for the GRPO run, e.g. "--lora-rank 16 --lora-alpha 32"), and
 # WARM_START: a warm-start model from an earlier run (OUT/sft/model) to begin GRPO from, and
 # REWARD: python (the default: examples/demo/exact_match_reward.py) or cpp (the C++ plugin).
 set -euo pipefail
@@ -39,8 +40,10 @@ EVAL_ARGS=(
 GRPO_ARGS=(--advantage-estimator grpo)
 OPTIMIZER_ARGS=(--lr 5e-4 --lr-decay-style cosine --min-lr 5e-5)
 read -r -a PLACEMENT <<< "${PLACEMENT_ARGS:---actor-num-gpus-per-node 2 --rollout-num-gpus 2}"
+read -r -a EXTRA <<< "${GRPO_EXTRA_ARGS:-}"
 "$OOZE" train "${MODEL_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${EVAL_ARGS[@]}" "${GRPO_ARGS[@]}" \
-  "${OPTIMIZER_ARGS[@]}" "${PLACEMENT[@]}" --output-dir "$OUT/grpo" 2>&1 | tee "$OUT/grpo.log" \
+  "${OPTIMIZER_ARGS[@]}" "${PLACEMENT[@]}" "${EXTRA[@]}" --output-dir "$OUT/grpo" 2>&1 \
+  | tee "$OUT/grpo.log" \
   | grep --line-buffered -E '^\[(eval|rollout [0-9]*00/)'
 
 "$OOZE" plot "$OUT/grpo" > /dev/null

@@ -463,5 +463,34 @@ TEST_F(TrainActorTest, LoraTrainsOnlyTheAdapterAlikeAtOneAndTwoRanks) {
   stop(pair);
 }
 
+// On-policy distillation in the trainer (--opd-type trainer): the teacher, loaded frozen and
+// sharded from its HF directory, scores tokens exactly as the model that directory was saved
+// from does.
+TEST_F(TrainActorTest, ADistillationTeacherScoresAsTheModelItWasSavedFrom) {
+  auto trained = start_group(1, "teacher-source");
+  for (int step = 0; step < 2; ++step) train(trained, step);
+  const std::string teacher_dir = *dir_ + "/teacher";
+  get_all(trained.call_all(&TrainActor::save_hf, teacher_dir));
+  const Sequences probe = batch(99);
+  const std::vector<std::vector<float>> expected = score(trained, probe);
+  stop(trained);
+
+  TrainInit init;
+  init.options = trainer_options();
+  init.teacher_load = teacher_dir;
+  auto student = start_group(2, "student", init);
+  for (const ResponseLogProbs& teacher : get_all(student.call_all(
+           &TrainActor::compute_teacher_log_probs, batch_of(probe), /*temperature=*/1.0))) {
+    ASSERT_EQ(teacher.log_probs.size(), probe.size());
+    for (size_t s = 0; s < probe.size(); ++s) {
+      EXPECT_TRUE(torch::equal(teacher.log_probs[s], torch::tensor(expected[s], torch::kFloat)))
+          << "sample " << s;
+    }
+  }
+  // The student itself is still the initial model.
+  EXPECT_GT(max_difference(score(student, probe), expected), 1e-3);
+  stop(student);
+}
+
 }  // namespace train_actor_test
 }  // namespace ooze::trainer

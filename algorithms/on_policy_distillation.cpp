@@ -1,0 +1,88 @@
+#include "algorithms/on_policy_distillation.h"
+
+#include "core/error.h"
+
+namespace ooze::algorithms {
+namespace {
+
+void check_lengths(const std::vector<at::Tensor>& student, const std::vector<at::Tensor>& teacher,
+                   const std::vector<at::Tensor>& masks) {
+  if (student.size() != masks.size() || teacher.size() != masks.size()) {
+    throw Error("on-policy distillation: " + std::to_string(masks.size()) + " samples but " +
+                std::to_string(student.size()) + " student and " + std::to_string(teacher.size()) +
+                " teacher log-prob lists");
+  }
+  for (size_t i = 0; i < masks.size(); ++i) {
+    if (student[i].numel() != masks[i].numel() || teacher[i].numel() != masks[i].numel()) {
+      throw Error("on-policy distillation: sample " + std::to_string(i) + " has " +
+                  std::to_string(masks[i].numel()) + " response tokens but " +
+                  std::to_string(student[i].numel()) + " student and " +
+                  std::to_string(teacher[i].numel()) +
+                  " teacher log-probs (did the teacher score other tokens?)");
+    }
+  }
+}
+
+}  // namespace
+
+const char* opd_type_name(OpdType type) { return type == OpdType::kEngine ? "engine" : "trainer"; }
+
+const OptionFields<OpdOptions>& OpdOptions::fields() {
+  using O = OpdOptions;
+  static const OptionFields<O> fields = [] {
+    OptionFields<O> f;
+    f.section("algorithm");
+    f.add("use_opd", &O::use_opd,
+          "On-policy distillation: lower each sampled token's advantage by opd_kl_coef * "
+          "(log p_student - log p_teacher), on top of any advantage estimator.");
+    f.add_enum("opd_type", &O::type, {OpdType::kTrainer, OpdType::kEngine}, opd_type_name,
+               "Where the teacher scores the samples: trainer (a frozen sharded copy in the "
+               "trainer ranks) or engine (engines of its own, during the rollout).");
+    f.add("opd_kl_coef", &O::kl_coef, "Weight of the distillation term in the advantage.").min(0);
+    f.add("opd_teacher_hf_checkpoint", &O::teacher_hf_checkpoint,
+          "The teacher's Hugging Face model directory; it must share the student's tokenizer.");
+    f.add_rule([](const O& o) {
+      if (o.use_opd && o.teacher_hf_checkpoint.empty()) {
+        throw ConfigError("--use-opd needs --opd-teacher-hf-checkpoint: the teacher's model");
+      }
+      if (!o.use_opd && !o.teacher_hf_checkpoint.empty()) {
+        throw ConfigError(
+            "--opd-teacher-hf-checkpoint has no effect without --use-opd: add --use-opd");
+      }
+    });
+    return f;
+  }();
+  return fields;
+}
+
+std::vector<at::Tensor> distilled_advantages(const std::vector<at::Tensor>& advantages,
+                                             const std::vector<at::Tensor>& student,
+                                             const std::vector<at::Tensor>& teacher,
+                                             const std::vector<at::Tensor>& masks, double coef) {
+  check_lengths(student, teacher, masks);
+  if (advantages.size() != masks.size()) {
+    throw Error("on-policy distillation: " + std::to_string(advantages.size()) +
+                " advantage lists for " + std::to_string(masks.size()) + " samples");
+  }
+  std::vector<at::Tensor> distilled;
+  for (size_t i = 0; i < masks.size(); ++i) {
+    const at::Tensor gap =
+        (student[i].to(at::kFloat) - teacher[i].to(at::kFloat)) * masks[i].to(at::kFloat);
+    distilled.push_back(advantages[i] - coef * gap.to(advantages[i].scalar_type()));
+  }
+  return distilled;
+}
+
+double mean_opd_kl(const std::vector<at::Tensor>& student, const std::vector<at::Tensor>& teacher,
+                   const std::vector<at::Tensor>& masks) {
+  check_lengths(student, teacher, masks);
+  double sum = 0, tokens = 0;
+  for (size_t i = 0; i < masks.size(); ++i) {
+    const at::Tensor mask = masks[i].to(at::kDouble);
+    sum += ((student[i].to(at::kDouble) - teacher[i].to(at::kDouble)) * mask).sum().item<double>();
+    tokens += mask.sum().item<double>();
+  }
+  return tokens > 0 ? sum / tokens : 0.0;
+}
+
+}  // namespace ooze::algorithms

@@ -1,0 +1,53 @@
+// On-policy distillation (OPD), Slime's --use-opd: the student learns on its own rollouts from
+// a teacher's log-probs of the very tokens it sampled. Whatever the advantage estimator gave
+// (GRPO, PPO, REINFORCE++, or zeros without a reward), each response token's advantage is
+// lowered by the sampled-token estimate of the reverse KL between student and teacher:
+//
+//   A'_t = A_t - opd_kl_coef * (log p_student(y_t) - log p_teacher(y_t))
+//
+// so tokens the teacher finds likelier than the student does are pushed up, and the others down.
+// The student's log-probs are the old policy's (those the ratio of the policy loss starts from).
+//
+// Where the teacher's log-probs come from (--opd-type):
+//   trainer  a frozen copy of --opd-teacher-hf-checkpoint sharded beside the policy in the
+//            trainer ranks (like the reference model), scoring the batch before the step;
+//   engine   engines of their own serving the teacher score each finished sample during the
+//            rollout (SGLang's /generate with logprob_start_len), stored per sample.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "core/option_fields.h"
+
+namespace ooze::algorithms {
+
+enum class OpdType { kTrainer, kEngine };
+const char* opd_type_name(OpdType type);
+
+struct OpdOptions {
+  bool use_opd = false;
+  OpdType type = OpdType::kTrainer;
+  double kl_coef = 1.0;
+  std::string teacher_hf_checkpoint;  // the teacher's Hugging Face directory (same tokenizer)
+
+  // --use-opd, --opd-type, --opd-kl-coef, --opd-teacher-hf-checkpoint ("algorithm" section).
+  static const OptionFields<OpdOptions>& fields();
+};
+
+// advantages[i] - coef * (student[i] - teacher[i]) on the response tokens (mask 1), the others
+// unchanged. Every list holds one [R_i] tensor per sample. Throws ooze::Error naming the sample
+// when lengths differ.
+std::vector<at::Tensor> distilled_advantages(const std::vector<at::Tensor>& advantages,
+                                             const std::vector<at::Tensor>& student,
+                                             const std::vector<at::Tensor>& teacher,
+                                             const std::vector<at::Tensor>& masks, double coef);
+
+// The mean over every response token of the batch of log p_student - log p_teacher: the
+// sampled-token estimate of KL(student || teacher) that train/opd_kl reports.
+double mean_opd_kl(const std::vector<at::Tensor>& student, const std::vector<at::Tensor>& teacher,
+                   const std::vector<at::Tensor>& masks);
+
+}  // namespace ooze::algorithms
