@@ -30,8 +30,9 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "models/hf_checkpoint.h"
-#include "models/peft_adapter.h"
 #include "models/kv_cache.h"
+#include "models/lora.h"
+#include "models/peft_adapter.h"
 #include "models/tokenizer.h"
 #include "models/transformer.h"
 
@@ -213,6 +214,7 @@ Engine::Loop::Loop(EngineOptions options)
   if (!options_.lora.empty()) {
     models::merge_adapter_weights(*model_, models::load_peft_adapter(options_.lora));
   }
+  if (options_.adapter.enabled()) models::add_lora_adapters(*model_, options_.adapter, /*seed=*/0);
   model_->to(device_);
   model_->eval();
 

@@ -38,6 +38,7 @@
 
 #include "core/option_fields.h"
 #include "engine/request.h"
+#include "models/lora.h"
 #include "models/model_config.h"
 #include "weight_sync/weight_sink.h"
 
@@ -48,9 +49,12 @@ class Tokenizer;
 namespace ooze::engine {
 
 struct EngineOptions {
-  std::string model_dir;              // a Hugging Face directory (config, weights, tokenizer)
-  std::string served_model_name;      // what /v1/models reports; model_dir when empty
-  std::string lora;  // a PEFT LoRA adapter directory merged into the weights at start
+  std::string model_dir;          // a Hugging Face directory (config, weights, tokenizer)
+  std::string served_model_name;  // what /v1/models reports; model_dir when empty
+  std::string lora;               // a PEFT LoRA adapter directory merged into the weights at start
+  // Adapters of this shape beside the projections (rank 0: none), starting at B = 0: a LoRA
+  // run's engines with --lora-sync adapter, which then receive A and B. Set by `ooze train`.
+  models::LoraOptions adapter;
   std::string dtype = "auto";         // "auto" (config.json's torch_dtype), "float32", "bfloat16"
   std::string device = "cpu";         // "cpu" or "cuda[:N]"
   int64_t max_running_requests = 64;  // sequences decoding at once

@@ -43,6 +43,7 @@ const OptionFields<EngineOptions>& EngineOptions::fields() {
           "Intra-op CPU threads for the forward; 0: LibTorch's default.")
         .min(0);
     f.add("seed", &O::seed, "Seeds requests that give no seed; 0: random.").min(0);
+    f.include("adapter", &O::adapter, models::LoraOptions::fields(), /*as_flags=*/false);
     return f;
   }();
   return fields;

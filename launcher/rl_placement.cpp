@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "launcher/cluster_command.h"
+#include "models/lora.h"
 #include "python/hook_path.h"
 #include "rollout/rollout_options.h"
 #include "trainer/weight_sync_options.h"
@@ -203,6 +204,8 @@ actors::ActorHandle<serving::RolloutEngine> spawn_engine(const Config& config,
   engine::EngineOptions engine = engine::EngineOptions::launched_engine_fields().read(
       config, engine::launched_engine_defaults());
   engine.model_dir = config.get<std::string>("hf_checkpoint");
+  const models::LoraOptions lora = models::LoraOptions::fields().read(config);
+  if (lora.enabled() && lora.sync == models::LoraSync::kAdapter) engine.adapter = lora;
   actors::ActorOptions options =
       serving::rollout_engine_actor_options({{job.on_gpus ? "GPU" : "CPU", share_of_bundle(plan)}});
   options.placement_group_id = job.placement->id();

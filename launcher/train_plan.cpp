@@ -102,7 +102,8 @@ ConfigSchema build_train_schema() {
   schema.add_int("save_interval", 0, "Save every N rollouts; 0: only after the last.").min(0);
   schema.add_string("save_hf", "",
                     "Write the final policy here as a Hugging Face model directory (what "
-                    "ooze serve and --hf-checkpoint load).");
+                    "ooze serve and --hf-checkpoint load); with --lora-rank, its PEFT adapter "
+                    "directory (ooze serve --lora loads it).");
   schema.section("debug");
   schema.add_string("save_debug_rollout_data", "",
                     "Write each rollout's kept samples as JSON lines; {rollout_id} in the path "

@@ -31,6 +31,10 @@ std::string module_path(size_t layer, const std::string& projection_name) {
 
 }  // namespace
 
+const char* lora_sync_name(LoraSync sync) {
+  return sync == LoraSync::kAdapter ? "adapter" : "merged";
+}
+
 const std::vector<std::string>& lora_projection_names() {
   static const std::vector<std::string> names = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                  "gate_proj", "up_proj", "down_proj"};
@@ -84,6 +88,10 @@ const OptionFields<LoraOptions>& LoraOptions::fields() {
     f.add("lora_load", &O::load,
           "Start from this PEFT adapter directory (adapter_config.json and "
           "adapter_model.safetensors) instead of a fresh adapter.");
+    f.add_enum("lora_sync", &O::sync, {LoraSync::kMerged, LoraSync::kAdapter}, lora_sync_name,
+               "What the rollout engines receive after each step: merged (W + alpha/r B A for "
+               "the adapted weights, the engines run the plain model) or adapter (A and B "
+               "only, the engines apply them).");
     f.add_rule([](const O& o) {
       if (o.enabled()) o.target_projections();
     });

@@ -29,12 +29,20 @@ namespace ooze::models {
 // The projections LoRA may adapt, in a decoder layer's forward order; "all-linear" means all.
 const std::vector<std::string>& lora_projection_names();
 
+// What a LoRA run's rollout engines receive after each step (--lora-sync): the adapted weights
+// with the adapters merged in (the engines run the plain model), or the adapters alone (the
+// engines hold adapters too, computed beside each adapted projection: fewer bytes, a little
+// more compute per token).
+enum class LoraSync { kMerged, kAdapter };
+const char* lora_sync_name(LoraSync sync);
+
 struct LoraOptions {
   int64_t rank = 0;  // --lora-rank: 0 trains the full model
   double alpha = 16;
   double dropout = 0;
   std::vector<std::string> target_modules = {"all-linear"};
   std::string load;  // --lora-load: a PEFT adapter directory to start from
+  LoraSync sync = LoraSync::kMerged;
 
   bool enabled() const { return rank > 0; }
   // target_modules expanded ("all-linear") and checked, in lora_projection_names() order.
@@ -42,7 +50,8 @@ struct LoraOptions {
   std::vector<std::string> target_projections() const;
   double scaling() const { return alpha / static_cast<double>(rank); }
 
-  // --lora-rank, --lora-alpha, --lora-dropout, --target-modules, --lora-load ("lora" section).
+  // --lora-rank, --lora-alpha, --lora-dropout, --target-modules, --lora-load, --lora-sync
+  // ("lora" section).
   static const OptionFields<LoraOptions>& fields();
 };
 

@@ -63,4 +63,24 @@ std::vector<SyncedTensor> merged_lora_weights(fsdp::FsdpTransformer& model, bool
   return tensors;
 }
 
+std::vector<SyncedTensor> lora_adapter_weights(fsdp::FsdpTransformer& model, bool adapters_only) {
+  // The adapters come from their units exactly as a full model's parameters do.
+  std::map<std::string, SyncedTensor> sharded;
+  for (SyncedTensor& tensor : sharded_parameters(model.sharded())) {
+    sharded.emplace(tensor.name, std::move(tensor));
+  }
+  std::vector<SyncedTensor> tensors;
+  for (const auto& item : model.model()->named_parameters(/*recurse=*/true)) {
+    const auto adapter = sharded.find(item.key());
+    if (adapter != sharded.end()) {
+      tensors.push_back(adapter->second);
+    } else if (!adapters_only) {
+      const at::Tensor base = item.value().detach();
+      tensors.push_back(SyncedTensor{item.key(), base.sizes().vec(), std::nullopt,
+                                     [base](const at::Tensor&) { return base; }});
+    }
+  }
+  return tensors;
+}
+
 }  // namespace ooze::trainer

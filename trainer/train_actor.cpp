@@ -262,7 +262,11 @@ void TrainActor::connect_rollout_engines(const RolloutEngineConnection& connecti
   }
   state_->weight_syncer.reset();  // its buffers and group go before the new ones form
   SyncedWeights weights;
-  if (state_->options.lora.enabled()) {
+  const models::LoraOptions& lora = state_->options.lora;
+  if (lora.enabled() && lora.sync == models::LoraSync::kAdapter) {
+    weights.all = lora_adapter_weights(*state_->model, /*adapters_only=*/false);
+    weights.changed = lora_adapter_weights(*state_->model, /*adapters_only=*/true);
+  } else if (lora.enabled()) {
     weights.all = merged_lora_weights(*state_->model, /*adapted_only=*/false);
     weights.changed = merged_lora_weights(*state_->model, /*adapted_only=*/true);
   } else {

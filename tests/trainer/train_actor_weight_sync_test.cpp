@@ -340,5 +340,48 @@ TEST_F(TrainActorWeightSyncTest, LoraEnginesGetMergedWeightsAndThenOnlyTheAdapte
   }
 }
 
+// --lora-sync adapter: the engines hold adapters of the trainer's shape and receive the frozen
+// base once, then A and B alone; they serve what the merged adapter serves (the same greedy
+// tokens, log-probs within fp32 rounding of the other order of computation).
+TEST_F(TrainActorWeightSyncTest, LoraAdapterSyncSendsOnlyAAndBAndServesAsTheMergedAdapter) {
+  const TrainerOptions options =
+      trainer_options({"--lora-rank", "4", "--lora-alpha", "16", "--target-modules",
+                       "q_proj,v_proj,down_proj", "--lora-sync", "adapter"});
+  groups_.push_back(start_group(1, "lora-adapter-sync", options));
+  const TrainerGroup group = groups_.back();
+  engine::EngineOptions engine_options = ::ooze::testing::small_engine_options(*dir_ + "/model");
+  engine_options.adapter = options.lora;
+  engines_.push_back(
+      actors::spawn<RolloutEngine>(serving::rollout_engine_actor_options(), engine_options));
+  const EngineHandle engine = engines_.back();
+  engine.wait_ready();
+  connect(group, {engine}, /*colocate=*/true, 4096);
+  // Per layer A [4, in] and B [out, 4] of q_proj (64 -> 64), v_proj (64 -> 32) and down_proj
+  // (192 -> 64), in fp32.
+  const int64_t adapter_bytes = 2 * 4 * ((64 + 64) + (64 + 32) + (192 + 64)) * 4;
+  for (int64_t version = 1; version <= 2; ++version) {
+    train(group, static_cast<int>(version));
+    const auto reports =
+        actors::get_all(group.call_all(&TrainActor::update_weights, version, true));
+    if (version == 1) {
+      EXPECT_GT(reports[0].bytes, 10 * adapter_bytes);  // the base too
+    } else {
+      EXPECT_EQ(reports[0].bytes, adapter_bytes);
+    }
+    const std::string adapter = *dir_ + "/lora-adapter-sync-v" + std::to_string(version);
+    actors::get_all(group.call_all(&TrainActor::save_hf, adapter));
+    engine::EngineOptions merged = ::ooze::testing::small_engine_options(*dir_ + "/model");
+    merged.lora = adapter;
+    const engine::GenerateOutput expected = engine::Engine(merged).generate(greedy(8))[0];
+    const engine::GenerateOutput out = generate(engine, 8);
+    EXPECT_EQ(out.output_ids, expected.output_ids) << "version " << version;
+    ASSERT_EQ(out.output_logprobs.size(), expected.output_logprobs.size());
+    for (size_t t = 0; t < out.output_logprobs.size(); ++t) {
+      EXPECT_NEAR(out.output_logprobs[t], expected.output_logprobs[t], 1e-5) << "token " << t;
+    }
+    EXPECT_EQ(out.weight_version, version);
+  }
+}
+
 }  // namespace train_actor_weight_sync_test
 }  // namespace ooze::trainer
