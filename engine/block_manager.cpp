@@ -130,7 +130,8 @@ std::optional<int64_t> BlockManager::find_cached(uint64_t hash, const int64_t* t
   return std::nullopt;
 }
 
-int64_t BlockManager::match_prefix(BlockTable& table, const std::vector<int64_t>& tokens) {
+int64_t BlockManager::match_prefix(BlockTable& table, const std::vector<int64_t>& tokens,
+                                   int64_t max_tokens) {
   if (!table.blocks.empty() || table.num_tokens != 0) {
     throw Error("BlockManager::match_prefix: the block table already holds " +
                 std::to_string(table.blocks.size()) + " blocks; free it first");
@@ -138,7 +139,9 @@ int64_t BlockManager::match_prefix(BlockTable& table, const std::vector<int64_t>
   table = BlockTable();
   if (!prefix_caching_ || tokens.empty()) return 0;
   // Never the block holding tokens.back(): its logits are needed.
-  const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
+  const int64_t max_blocks =
+      std::min(static_cast<int64_t>(tokens.size()) - 1, std::max<int64_t>(max_tokens, 0)) /
+      block_size_;
   CachedRef parent;  // none yet: the first block has no parent
   uint64_t hash = 0;
   for (int64_t j = 0; j < max_blocks; ++j) {

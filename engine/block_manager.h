@@ -52,8 +52,10 @@ class BlockManager {
 
   // Starts `table` (empty) with the longest cached prefix of `tokens` in whole blocks, but never
   // the block holding tokens.back(): the step that computes the last prompt token needs its
-  // logits anyway. Returns the number of tokens supplied (table.num_tokens).
-  int64_t match_prefix(BlockTable& table, const std::vector<int64_t>& tokens);
+  // logits anyway; nor more than `max_tokens` tokens (a request scoring its prompt must compute
+  // the positions it scores). Returns the number of tokens supplied (table.num_tokens).
+  int64_t match_prefix(BlockTable& table, const std::vector<int64_t>& tokens,
+                       int64_t max_tokens = INT64_MAX);
 
   // Makes room in `table` for `count` more tokens: new blocks, and a private copy of a shared
   // last block that the tokens would write into (appended to `copies`). All or nothing: returns

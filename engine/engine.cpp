@@ -129,6 +129,9 @@ class Engine::Loop {
   void main();
   bool has_work() const;
   void step();
+  // The input log-probs the step's chunks owe (engine/request.h), from their hidden states.
+  void record_input_logprobs(const ScheduledStep& plan, const models::CacheStep& cache_step,
+                             const torch::Tensor& hidden);
   void admit(std::shared_ptr<RequestState> state);
   void append_token(Sequence& sequence, int64_t token, float logprob, std::vector<TopLogProb> top);
   void finish(Sequence* sequence, FinishReason reason, const std::string& abort_message = "",
@@ -307,6 +310,12 @@ std::string Engine::Loop::submit(GenerateRequest request, OutputCallback on_upda
                                                  std::to_string(config_.vocab_size) + "], got " +
                                                  std::to_string(request.top_logprobs_num));
   }
+  if (request.logprob_start_len < -1 || request.logprob_start_len >= prompt_length) {
+    throw InvalidRequest("logprob_start_len",
+                         "must be -1 (no prompt log-probs) or a prompt position in [0, " +
+                             std::to_string(prompt_length - 1) + "], got " +
+                             std::to_string(request.logprob_start_len));
+  }
   auto state = std::make_shared<RequestState>();
   state->on_update = std::move(on_update);
   state->unfinished = params.n;
@@ -457,6 +466,7 @@ void Engine::Loop::step() {
                                                 cache_step, *cache_);
   totals_.computed_prefill_tokens += plan.prefill_tokens;
   ++totals_.steps;
+  record_input_logprobs(plan, cache_step, hidden);  // before a completed prompt forks
 
   // The sequences to sample: those whose chunk reached the end of their tokens; a prompt
   // computed for n samples forks now, and its n samples share its last position's logits.
@@ -483,6 +493,12 @@ void Engine::Loop::step() {
       }
     }
     for (Sequence* sample : samples) {
+      if (sample->params().max_new_tokens == 0) {  // the prompt was all it asked for
+        sample->output.weight_version = weight_version_;
+        sample->output.weight_versions = {weight_version_};
+        finish(sample, FinishReason::kLength);
+        continue;
+      }
       to_sample.push_back(sample);
       logit_rows.push_back(cache_step.offsets[i + 1] - 1);
     }
@@ -512,6 +528,58 @@ void Engine::Loop::step() {
     std::vector<TopLogProb> top;
     if (i < sampled.top_logprobs.size()) top = std::move(sampled.top_logprobs[i]);
     append_token(sequence, sampled.token_ids[i], sampled.logprobs[i], std::move(top));
+  }
+}
+
+void Engine::Loop::record_input_logprobs(const ScheduledStep& plan,
+                                         const models::CacheStep& cache_step,
+                                         const torch::Tensor& hidden) {
+  // Hidden rows whose logits score the next prompt token, their targets, and whose they are.
+  std::vector<int64_t> rows, targets;
+  std::vector<Sequence*> owners;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    Sequence& sequence = *plan.chunks[i].sequence;
+    const int64_t next = sequence.next_scored_position();
+    if (next < 0) continue;
+    const int64_t start = sequence.table.num_tokens - plan.chunks[i].num_tokens;
+    if (start > next) {  // the scheduler caps the prefix cache, so this cannot happen
+      throw Error("request " + sequence.request->request.id + ": prompt position " +
+                  std::to_string(next) + " was not computed, so its log-prob is missing");
+    }
+    // Position p's logits score token p + 1; the last prompt position scores no prompt token.
+    const int64_t end = std::min(sequence.table.num_tokens, sequence.prompt_length - 1);
+    for (int64_t p = next; p < end; ++p) {
+      rows.push_back(cache_step.offsets[i] + (p - start));
+      targets.push_back(sequence.tokens[static_cast<size_t>(p + 1)]);
+      owners.push_back(&sequence);
+    }
+  }
+  // In slices: a [rows, vocab] fp32 block per chunk of a long prompt would be large.
+  const int64_t slice = 256;
+  const int64_t total = static_cast<int64_t>(rows.size());
+  for (int64_t begin = 0; begin < total; begin += slice) {
+    const int64_t count = std::min(slice, total - begin);
+    const std::vector<int64_t> slice_rows(rows.begin() + begin, rows.begin() + begin + count);
+    const std::vector<int64_t> slice_targets(targets.begin() + begin,
+                                             targets.begin() + begin + count);
+    const torch::Tensor logits = model_->logits(
+        hidden.index_select(0, torch::tensor(slice_rows, torch::kLong).to(hidden.device())));
+    // One top width for the slice (the widest asked), trimmed per sequence below.
+    int64_t width = 0;
+    for (int64_t k = begin; k < begin + count; ++k) {
+      width = std::max(width, owners[k]->request->request.top_logprobs_num);
+    }
+    SampledTokens scored = score_tokens(logits, slice_targets, width);
+    for (int64_t k = 0; k < count; ++k) {
+      Sequence& owner = *owners[begin + k];
+      owner.output.input_logprobs.push_back(scored.logprobs[k]);
+      const int64_t asked = owner.request->request.top_logprobs_num;
+      if (asked > 0) {
+        std::vector<TopLogProb>& list = scored.top_logprobs[k];
+        list.resize(std::min<size_t>(list.size(), static_cast<size_t>(asked)));
+        owner.output.input_top_logprobs.push_back(std::move(list));
+      }
+    }
   }
 }
 

@@ -11,6 +11,14 @@
 // before the division: the distribution before top-k / top-p / min-p filtering, which is what
 // models/log_probs.h computes for the trainer at the same temperature. For T == 0 (greedy) it
 // is log softmax(logits)[t].
+//
+// Input (prompt) log-probs, asked for with logprob_start_len >= 0 (SGLang's field): with
+// s = max(logprob_start_len, 1) and L the prompt length, input_logprobs[j] is
+//   log p(input_ids[s + j] | input_ids[0 .. s + j)),  j = 0 .. L - s - 1
+// (L - s values; none for input_ids[0], which nothing predicts). They are always at temperature
+// 1, whatever the request samples at, as SGLang's are: log softmax(logits)[t] over the whole
+// vocabulary, the same upcast as above. input_top_logprobs[j] (top_logprobs_num > 0) lists the
+// most likely tokens at that same position. Every sample of a request gets the same ones.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +36,10 @@ struct GenerateRequest {
   SamplingParams sampling;
   bool return_logprob = false;
   int64_t top_logprobs_num = 0;  // also return the k most likely tokens at every position
-  bool stream = false;           // deliver an update after every step, not only at the end
+  // The first prompt position whose log-prob is returned (see above); -1: none. At most the
+  // prompt's length - 1. Positions from there on are computed, not taken from the prefix cache.
+  int64_t logprob_start_len = -1;
+  bool stream = false;  // deliver an update after every step, not only at the end
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort };
@@ -46,6 +57,9 @@ struct GenerateOutput {
   std::string text;  // decoded output, stop string and what follows it removed; valid UTF-8
   std::vector<float> output_logprobs;                 // when return_logprob
   std::vector<std::vector<TopLogProb>> top_logprobs;  // when top_logprobs_num > 0
+  // When logprob_start_len >= 0: the prompt's log-probs, aligned as described above.
+  std::vector<float> input_logprobs;
+  std::vector<std::vector<TopLogProb>> input_top_logprobs;  // and top_logprobs_num > 0
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   // kStop: the stop string matched, or the stop/EOS token id; kAbort: why.

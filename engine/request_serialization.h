@@ -32,7 +32,7 @@ void serialize(Archive& ar, SamplingParams& params) {
 template <class Archive>
 void serialize(Archive& ar, GenerateRequest& request) {
   ar(request.id, request.input_ids, request.sampling, request.return_logprob,
-     request.top_logprobs_num, request.stream);
+     request.top_logprobs_num, request.stream, request.logprob_start_len);
 }
 
 template <class Archive>
@@ -61,7 +61,7 @@ void save(Archive& ar, const GenerateOutput& output) {
      output.top_logprobs, output.finished, static_cast<int32_t>(output.finish_reason),
      output.matched_stop, output.matched_token, output.abort_message, output.prompt_tokens,
      output.cached_tokens, output.weight_version, output.weight_versions,
-     output.output_weight_versions);
+     output.output_weight_versions, output.input_logprobs, output.input_top_logprobs);
 }
 
 template <class Archive>
@@ -70,7 +70,8 @@ void load(Archive& ar, GenerateOutput& output) {
   ar(output.request_id, output.index, output.output_ids, output.text, output.output_logprobs,
      output.top_logprobs, output.finished, finish_reason, output.matched_stop, output.matched_token,
      output.abort_message, output.prompt_tokens, output.cached_tokens, output.weight_version,
-     output.weight_versions, output.output_weight_versions);
+     output.weight_versions, output.output_weight_versions, output.input_logprobs,
+     output.input_top_logprobs);
   output.finish_reason = detail::finish_reason_from_code(finish_reason);
 }
 

@@ -294,4 +294,39 @@ SampledTokens sample_tokens(const torch::Tensor& logits, const std::vector<Sampl
   return out;
 }
 
+SampledTokens score_tokens(const torch::Tensor& logits, const std::vector<int64_t>& targets,
+                           int64_t top_logprobs_num) {
+  if (logits.dim() != 2 || !at::isFloatingType(logits.scalar_type()) ||
+      logits.size(0) != static_cast<int64_t>(targets.size())) {
+    throw Error(
+        "score_tokens: logits must be [rows, vocab] floating with one target per row; got " +
+        shape_text(logits) + " for " + std::to_string(targets.size()) + " targets");
+  }
+  torch::NoGradGuard no_grad;
+  SampledTokens out;
+  const int64_t n_rows = logits.size(0);
+  if (n_rows == 0) return out;
+  const at::Device device = logits.device();
+  const at::Tensor log_probs = at::log_softmax(logits.to(at::kFloat), /*dim=*/1);
+  const at::Tensor target_ids = long_tensor(targets, device).view({n_rows, 1});
+  const at::Tensor chosen = log_probs.gather(1, target_ids).view({n_rows}).cpu().contiguous();
+  out.token_ids = targets;
+  out.logprobs.assign(chosen.data_ptr<float>(), chosen.data_ptr<float>() + n_rows);
+  out.top_logprobs.resize(n_rows);
+  const int64_t width = std::min(top_logprobs_num, log_probs.size(1));
+  if (width > 0) {
+    const at::Tensor ids = top_ids(log_probs, width);
+    const at::Tensor values = log_probs.gather(1, ids).cpu().contiguous();
+    const at::Tensor ids_host = ids.cpu().contiguous();
+    for (int64_t row = 0; row < n_rows; ++row) {
+      const int64_t* ids_row = ids_host.data_ptr<int64_t>() + row * width;
+      const float* values_row = values.data_ptr<float>() + row * width;
+      for (int64_t j = 0; j < width; ++j) {
+        out.top_logprobs[row].push_back(TopLogProb{ids_row[j], values_row[j]});
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace ooze::engine

@@ -53,4 +53,12 @@ double counter_uniform(uint64_t seed, uint64_t draw_index);
 // [0, 1], top_k < -1, top_logprobs_num < 0).
 SampledTokens sample_tokens(const torch::Tensor& logits, const std::vector<SamplingRow>& rows);
 
+// The log-probs of given tokens (a prompt's, engine/request.h) under each row of `logits` at
+// temperature 1: log softmax(logits.float())[targets[i]], the same computation as a greedy
+// row's above, so a prompt token scores what it scored when it was sampled. With
+// top_logprobs_num > 0, top_logprobs lists each row's most likely tokens (ties by token id).
+// Throws ooze::Error when logits are not 2-D floating or targets.size() != logits.size(0).
+SampledTokens score_tokens(const torch::Tensor& logits, const std::vector<int64_t>& targets,
+                           int64_t top_logprobs_num);
+
 }  // namespace ooze::engine

@@ -20,8 +20,9 @@ void SamplingParams::validate() const {
           "must be -1 or 0 (all tokens) or a positive count, got " + std::to_string(top_k));
   require(std::isfinite(min_p) && min_p >= 0.0 && min_p <= 1.0, "min_p",
           "must be in [0, 1], got " + std::to_string(min_p));
-  require(max_new_tokens >= 1, "max_new_tokens",
-          "must be >= 1, got " + std::to_string(max_new_tokens));
+  // 0, as SGLang: only the prompt is computed (to score it: logprob_start_len).
+  require(max_new_tokens >= 0, "max_new_tokens",
+          "must be >= 0, got " + std::to_string(max_new_tokens));
   require(n >= 1 && n <= 1024, "n", "must be in [1, 1024], got " + std::to_string(n));
   for (size_t i = 0; i < stop.size(); ++i) {
     require(!stop[i].empty(), "stop", "stop string " + std::to_string(i) + " is empty");

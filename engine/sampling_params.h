@@ -30,7 +30,7 @@ struct SamplingParams {
   double top_p = 1.0;  // (0, 1]: keep the smallest set of tokens with this much mass
   int64_t top_k = -1;  // -1 (or 0): all tokens
   double min_p = 0.0;  // [0, 1]: drop tokens below min_p * the most likely one's probability
-  int64_t max_new_tokens = 128;
+  int64_t max_new_tokens = 128;         // 0: compute the prompt only, finish with "length"
   std::vector<std::string> stop;        // stop strings, matched on the decoded output text
   std::vector<int64_t> stop_token_ids;  // finish after emitting one of these
   bool ignore_eos = false;

@@ -81,7 +81,10 @@ ScheduledStep Scheduler::schedule() {
     Sequence& sequence = *waiting_.front();
     if (num_running_samples() + sequence.fan_out > max_running_) break;
     if (sequence.table.blocks.empty() && sequence.table.num_tokens == 0) {
-      const int64_t cached = blocks_.match_prefix(sequence.table, sequence.tokens);
+      // A prompt being scored computes the positions it scores.
+      const int64_t scored_from = sequence.next_scored_position();
+      const int64_t cached = blocks_.match_prefix(sequence.table, sequence.tokens,
+                                                  scored_from >= 0 ? scored_from : INT64_MAX);
       if (!sequence.counted_prompt)
         sequence.cached_tokens = std::min(cached, sequence.prompt_length);
     }

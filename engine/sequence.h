@@ -7,6 +7,7 @@
 // prompt + output so far again when readmitted (the prefix cache often supplies most of it).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -44,6 +45,18 @@ struct Sequence {
 
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - table.num_tokens; }
   const SamplingParams& params() const { return request->request.sampling; }
+
+  // Input log-probs (engine/request.h): output.input_logprobs holds those of prompt tokens
+  // [s, s + size) so far, s = max(logprob_start_len, 1). The next one owed is read off the
+  // hidden state of the position before it: that position and every later one must be
+  // computed, not taken from the prefix cache. -1 when none is owed (not asked, or all done).
+  int64_t next_scored_position() const {
+    const int64_t start = request->request.logprob_start_len;
+    if (start < 0) return -1;
+    const int64_t next_token =
+        std::max<int64_t>(start, 1) + static_cast<int64_t>(output.input_logprobs.size());
+    return next_token < prompt_length ? next_token - 1 : -1;
+  }
 };
 
 }  // namespace ooze::engine

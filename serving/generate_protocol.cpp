@@ -53,15 +53,58 @@ engine::SamplingParams parse_sampling_params(const nlohmann::json& object, const
   return params;
 }
 
+nlohmann::json token_text(int64_t id, bool with_text, const models::Tokenizer& tokenizer) {
+  return with_text ? nlohmann::json(models::utf8_lossy(tokenizer.decode({id})))
+                   : nlohmann::json(nullptr);
+}
+
 nlohmann::json logprob_triples(const std::vector<float>& logprobs, const std::vector<int64_t>& ids,
                                bool with_text, const models::Tokenizer& tokenizer) {
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < logprobs.size() && i < ids.size(); ++i) {
-    out.push_back({logprobs[i], ids[i],
-                   with_text ? nlohmann::json(models::utf8_lossy(tokenizer.decode({ids[i]})))
-                             : nlohmann::json(nullptr)});
+    out.push_back({logprobs[i], ids[i], token_text(ids[i], with_text, tokenizer)});
   }
   return out;
+}
+
+nlohmann::json top_logprob_triples(const std::vector<engine::TopLogProb>& position, bool with_text,
+                                   const models::Tokenizer& tokenizer) {
+  std::vector<float> logprobs;
+  std::vector<int64_t> ids;
+  for (const engine::TopLogProb& entry : position) {
+    logprobs.push_back(entry.logprob);
+    ids.push_back(entry.token_id);
+  }
+  return logprob_triples(logprobs, ids, with_text, tokenizer);
+}
+
+// SGLang's input_token_logprobs (and input_top_logprobs): one entry per prompt token from
+// logprob_start_len on, the first prompt token's null (nothing predicts it). The engine's lists
+// start at max(logprob_start_len, 1) (engine/request.h); SGLang leaves the entry at a start > 0
+// null too, where this server gives its value.
+void add_input_logprobs(nlohmann::json& meta, const engine::GenerateRequest& request,
+                        const engine::GenerateOutput& output, bool with_text,
+                        const models::Tokenizer& tokenizer) {
+  const int64_t start = request.logprob_start_len;
+  const int64_t first = std::max<int64_t>(start, 1);
+  nlohmann::json tokens = nlohmann::json::array();
+  nlohmann::json tops = nlohmann::json::array();
+  for (int64_t p = start; p < static_cast<int64_t>(request.input_ids.size()); ++p) {
+    const int64_t id = request.input_ids[static_cast<size_t>(p)];
+    // Null for position 0, and for positions not computed yet (a streamed prefill).
+    if (p < first || p - first >= static_cast<int64_t>(output.input_logprobs.size())) {
+      tokens.push_back({nullptr, id, token_text(id, with_text, tokenizer)});
+      tops.push_back(nullptr);
+      continue;
+    }
+    const size_t j = static_cast<size_t>(p - first);
+    tokens.push_back({output.input_logprobs[j], id, token_text(id, with_text, tokenizer)});
+    tops.push_back(j < output.input_top_logprobs.size()
+                       ? top_logprob_triples(output.input_top_logprobs[j], with_text, tokenizer)
+                       : nlohmann::json(nullptr));
+  }
+  meta["input_token_logprobs"] = std::move(tokens);
+  if (request.top_logprobs_num > 0) meta["input_top_logprobs"] = std::move(tops);
 }
 
 }  // namespace
@@ -164,11 +207,30 @@ GenerateCall parse_generate_call(const nlohmann::json& body, const models::Token
                                  "must be in [0, " + std::to_string(info.vocab_size) + "], got " +
                                      std::to_string(top_logprobs_num));
   }
-  if (auto start = fields.integer("logprob_start_len"); start && *start != -1) {
-    throw engine::InvalidRequest(
-        "logprob_start_len",
-        "only -1 is supported: the server returns log-probs of output tokens, "
-        "not of the prompt");
+  // The first prompt position to score (-1: none): one for all prompts, or (batch) a list.
+  std::vector<int64_t> logprob_start_lens(prompts.size(), -1);
+  if (const nlohmann::json* starts = fields.raw("logprob_start_len")) {
+    if (starts->is_array() && call.batch) {
+      logprob_start_lens = json_integer_list(*starts, "logprob_start_len");
+      if (logprob_start_lens.size() != prompts.size()) {
+        throw engine::InvalidRequest(
+            "logprob_start_len", "has " + std::to_string(logprob_start_lens.size()) +
+                                     " entries for " + std::to_string(prompts.size()) + " prompts");
+      }
+    } else {
+      logprob_start_lens.assign(prompts.size(), fields.integer("logprob_start_len").value_or(-1));
+    }
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t start = logprob_start_lens[i];
+    const int64_t length = static_cast<int64_t>(prompts[i].size());
+    if (start < -1 || start >= length) {
+      throw engine::InvalidRequest(
+          "logprob_start_len", "must be -1 (no prompt log-probs) or a prompt position in [0, " +
+                                   std::to_string(length - 1) + "] (prompt " + std::to_string(i) +
+                                   " has " + std::to_string(length) + " tokens), got " +
+                                   std::to_string(start));
+    }
   }
   call.return_text_in_logprobs = fields.boolean("return_text_in_logprobs").value_or(false);
   call.stream = fields.boolean("stream").value_or(false);
@@ -181,6 +243,8 @@ GenerateCall parse_generate_call(const nlohmann::json& body, const models::Token
     request.sampling = params[i];
     request.return_logprob = return_logprob || top_logprobs_num > 0;
     request.top_logprobs_num = top_logprobs_num;
+    // As SGLang: prompt log-probs come with return_logprob only.
+    request.logprob_start_len = request.return_logprob ? logprob_start_lens[i] : -1;
     request.stream = call.stream;
     call.requests.push_back(std::move(request));
   }
@@ -236,15 +300,12 @@ nlohmann::json generate_output_json(const GenerateCall& call, size_t request_ind
   if (request.top_logprobs_num > 0) {
     nlohmann::json top = nlohmann::json::array();
     for (const std::vector<engine::TopLogProb>& position : output.top_logprobs) {
-      std::vector<float> logprobs;
-      std::vector<int64_t> ids;
-      for (const engine::TopLogProb& entry : position) {
-        logprobs.push_back(entry.logprob);
-        ids.push_back(entry.token_id);
-      }
-      top.push_back(logprob_triples(logprobs, ids, call.return_text_in_logprobs, tokenizer));
+      top.push_back(top_logprob_triples(position, call.return_text_in_logprobs, tokenizer));
     }
     meta["output_top_logprobs"] = std::move(top);
+  }
+  if (request.logprob_start_len >= 0) {
+    add_input_logprobs(meta, request, output, call.return_text_in_logprobs, tokenizer);
   }
   return {{"text", text}, {"output_ids", output.output_ids}, {"meta_info", std::move(meta)}};
 }
@@ -268,19 +329,31 @@ nlohmann::json generate_request_json(const engine::GenerateRequest& request) {
                          {"return_logprob", request.return_logprob},
                          {"top_logprobs_num", request.top_logprobs_num},
                          {"stream", request.stream}};
+  if (request.logprob_start_len >= 0) body["logprob_start_len"] = request.logprob_start_len;
   if (!request.id.empty()) body["rid"] = request.id;
   return body;
 }
 
 namespace {
 
-// (logprob, token id) of each [logprob, token_id, text] triple.
+// (logprob, token id) of each [logprob, token_id, text] triple; a null log-prob (the first
+// prompt token's) is skipped.
 void read_triples(const nlohmann::json& triples, std::vector<float>* logprobs,
                   std::vector<int64_t>* ids) {
   for (const nlohmann::json& triple : triples) {
+    if (triple.at(0).is_null()) continue;
     logprobs->push_back(triple.at(0).get<float>());
     ids->push_back(triple.at(1).get<int64_t>());
   }
+}
+
+std::vector<engine::TopLogProb> read_top_triples(const nlohmann::json& position) {
+  std::vector<float> logprobs;
+  std::vector<int64_t> ids;
+  read_triples(position, &logprobs, &ids);
+  std::vector<engine::TopLogProb> entries;
+  for (size_t i = 0; i < ids.size(); ++i) entries.push_back({ids[i], logprobs[i]});
+  return entries;
 }
 
 }  // namespace
@@ -306,11 +379,16 @@ engine::GenerateOutput generate_output_from_json(const nlohmann::json& output) {
     }
     if (auto top = meta.find("output_top_logprobs"); top != meta.end()) {
       for (const nlohmann::json& position : *top) {
-        std::vector<float> logprobs;
-        std::vector<int64_t> ids;
-        read_triples(position, &logprobs, &ids);
-        std::vector<engine::TopLogProb>& entries = out.top_logprobs.emplace_back();
-        for (size_t i = 0; i < ids.size(); ++i) entries.push_back({ids[i], logprobs[i]});
+        out.top_logprobs.push_back(read_top_triples(position));
+      }
+    }
+    if (auto logprobs = meta.find("input_token_logprobs"); logprobs != meta.end()) {
+      std::vector<int64_t> ids;
+      read_triples(*logprobs, &out.input_logprobs, &ids);
+    }
+    if (auto top = meta.find("input_top_logprobs"); top != meta.end()) {
+      for (const nlohmann::json& position : *top) {
+        if (!position.is_null()) out.input_top_logprobs.push_back(read_top_triples(position));
       }
     }
     const nlohmann::json& finish = meta.at("finish_reason");

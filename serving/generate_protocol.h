@@ -11,14 +11,17 @@
 //                               min_new_tokens at their neutral values only}; for a batch also
 //                               a list with one object per prompt
 //   return_logprob, top_logprobs_num, return_text_in_logprobs, stream, rid (a string, or a list
-//   with one per prompt)
+//   with one per prompt), logprob_start_len (-1, or the first prompt position to score, below
+//   the prompt's length; an integer, or a list with one per prompt)
 //
 // Response, per output: {text, output_ids, meta_info: {id, finish_reason, prompt_tokens,
-// completion_tokens, cached_tokens, weight_version, output_token_logprobs, output_top_logprobs}}
+// completion_tokens, cached_tokens, weight_version, output_token_logprobs, output_top_logprobs,
+// and with logprob_start_len >= 0 input_token_logprobs, input_top_logprobs}}
 // where finish_reason is {"type": "stop", "matched": string or token id} |
 // {"type": "length", "length": completion tokens} | {"type": "abort", "message": why}, and
-// log-probs are [logprob, token_id, text or null] triples. A batch or n > 1 answers with a list,
-// prompt-major then sample index (SGLang's order); streamed events of such a call carry
+// log-probs are [logprob, token_id, text or null] triples (input_token_logprobs: one per prompt
+// token from logprob_start_len on, the log-prob null for position 0). A batch or n > 1 answers with
+// a list, prompt-major then sample index (SGLang's order); streamed events of such a call carry
 // "index", the position in that list.
 #pragma once
 
@@ -57,7 +60,8 @@ nlohmann::json generate_output_json(const GenerateCall& call, size_t request_ind
                                     const models::Tokenizer& tokenizer);
 
 // What a client of the router sends for `request`: its input_ids, sampling_params,
-// return_logprob, top_logprobs_num, stream and rid (when it has an id).
+// return_logprob, top_logprobs_num, stream, logprob_start_len (when >= 0) and rid (when it has
+// an id).
 nlohmann::json generate_request_json(const engine::GenerateRequest& request);
 
 // One output object of a /generate answer (or one streamed event), read back: the inverse of

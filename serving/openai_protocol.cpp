@@ -72,6 +72,11 @@ void finish_call(OpenAiCall& call, std::vector<std::vector<int64_t>> prompts,
                  const engine::SamplingParams& params, const std::string& rid) {
   try {
     params.validate();
+    // The engine takes 0 (score the prompt only, /generate); OpenAI's APIs ask for output.
+    if (params.max_new_tokens < 1) {
+      throw engine::InvalidRequest("sampling_params.max_new_tokens",
+                                   "must be >= 1, got " + std::to_string(params.max_new_tokens));
+    }
   } catch (const engine::InvalidRequest& e) {
     const std::string prefix = e.field() + ": ";
     std::string message = e.what();

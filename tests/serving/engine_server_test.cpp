@@ -13,6 +13,7 @@
 
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
+#include "serving/generate_protocol.h"
 #include "tests/support/http_test_client.h"
 #include "tests/support/tiny_model.h"
 
@@ -162,6 +163,76 @@ TEST_F(EngineServerTest, GenerateGreedyEqualsTheEngineInProcess) {
   EXPECT_EQ(ids_reply.json()["output_ids"], out["output_ids"]);
   // A second identical prompt reuses the cached prefix.
   EXPECT_GT(ids_reply.json()["meta_info"]["cached_tokens"].get<int64_t>(), 0);
+}
+
+TEST_F(EngineServerTest, GenerateScoresThePromptInSGLangShape) {
+  // The teacher's call in on-policy distillation: every prompt token's log-prob, no output.
+  const std::vector<int64_t> ids = engine_->tokenizer().encode("The quick brown fox");
+  const int64_t length = static_cast<int64_t>(ids.size());
+  engine::GenerateRequest request;
+  request.input_ids = ids;
+  request.sampling.max_new_tokens = 0;
+  request.return_logprob = true;
+  request.logprob_start_len = 0;
+  request.top_logprobs_num = 2;
+  const engine::GenerateOutput expected = engine_->generate(request).at(0);
+  ASSERT_EQ(static_cast<int64_t>(expected.input_logprobs.size()), length - 1);
+
+  TestHttpClient client(port());
+  const json body = {{"input_ids", ids},       {"sampling_params", {{"max_new_tokens", 0}}},
+                     {"return_logprob", true}, {"logprob_start_len", 0},
+                     {"top_logprobs_num", 2},  {"return_text_in_logprobs", true}};
+  HttpReply reply = client.post_json("/generate", body);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json out = reply.json();
+  EXPECT_EQ(out["text"], "");
+  EXPECT_EQ(out["output_ids"], json::array());
+  const json& meta = out["meta_info"];
+  EXPECT_EQ(meta["finish_reason"], (json{{"type", "length"}, {"length", 0}}));
+  EXPECT_EQ(meta["completion_tokens"], 0);
+  EXPECT_EQ(meta["output_token_logprobs"], json::array());
+  const json& input = meta["input_token_logprobs"];
+  ASSERT_EQ(static_cast<int64_t>(input.size()), length);
+  EXPECT_TRUE(input[0][0].is_null());  // nothing predicts the first token
+  EXPECT_EQ(input[0][1], ids[0]);
+  for (int64_t i = 1; i < length; ++i) {
+    EXPECT_NEAR(input[i][0].get<double>(), expected.input_logprobs[i - 1], 1e-6);
+    EXPECT_EQ(input[i][1], ids[i]);
+    EXPECT_EQ(input[i][2], engine_->tokenizer().decode({ids[i]}));
+  }
+  const json& top = meta["input_top_logprobs"];
+  ASSERT_EQ(static_cast<int64_t>(top.size()), length);
+  EXPECT_TRUE(top[0].is_null());
+  for (int64_t i = 1; i < length; ++i) {
+    ASSERT_EQ(top[i].size(), 2u);
+    EXPECT_EQ(top[i][0][1], expected.input_top_logprobs[i - 1][0].token_id);
+    EXPECT_GE(top[i][0][0].get<double>(), top[i][1][0].get<double>());
+  }
+  // What a client of the router reads back.
+  EXPECT_EQ(generate_output_from_json(out).input_logprobs, expected.input_logprobs);
+
+  // From position 3 on, with an output: one entry per prompt token from there, no text.
+  json tail = body;
+  tail["logprob_start_len"] = 3;
+  tail["sampling_params"] = {{"max_new_tokens", 2}, {"temperature", 0}, {"ignore_eos", true}};
+  tail.erase("return_text_in_logprobs");
+  tail.erase("top_logprobs_num");
+  HttpReply tail_reply = client.post_json("/generate", tail);
+  ASSERT_EQ(tail_reply.status, 200) << tail_reply.body;
+  const json tail_meta = tail_reply.json()["meta_info"];
+  ASSERT_EQ(static_cast<int64_t>(tail_meta["input_token_logprobs"].size()), length - 3);
+  EXPECT_NEAR(tail_meta["input_token_logprobs"][0][0].get<double>(), expected.input_logprobs[2],
+              1e-5);
+  EXPECT_TRUE(tail_meta["input_token_logprobs"][0][2].is_null());
+  EXPECT_EQ(tail_meta["output_token_logprobs"].size(), 2u);
+  EXPECT_FALSE(tail_meta.contains("input_top_logprobs"));
+
+  // As SGLang: no prompt log-probs without return_logprob.
+  json quiet = tail;
+  quiet["return_logprob"] = false;
+  HttpReply quiet_reply = client.post_json("/generate", quiet);
+  ASSERT_EQ(quiet_reply.status, 200) << quiet_reply.body;
+  EXPECT_FALSE(quiet_reply.json()["meta_info"].contains("input_token_logprobs"));
 }
 
 TEST_F(EngineServerTest, GenerateBatchAndSamplesComeInSGLangOrder) {
@@ -479,6 +550,13 @@ TEST_F(EngineServerTest, BadRequestsName400Fields) {
        "sampling_params.seed"},
       {"/generate", "{\"text\": \"hi\", \"sampling_params\": {\"frequency_penalty\": 0.5}}",
        "sampling_params.frequency_penalty"},
+      {"/generate",
+       "{\"input_ids\": [1, 2, 3], \"return_logprob\": true, \"logprob_start_len\": 3}",
+       "logprob_start_len"},
+      {"/generate", "{\"text\": \"hi\", \"return_logprob\": true, \"logprob_start_len\": -2}",
+       "logprob_start_len"},
+      {"/generate", "{\"text\": \"hi\", \"logprob_start_len\": \"0\"}", "logprob_start_len"},
+      {"/generate", "{\"text\": [\"a\", \"b\"], \"logprob_start_len\": [0]}", "logprob_start_len"},
       {"/generate", too_long, "input_ids"},
       {"/generate", "{\"text\": \"\xff\xfe\"}", "body"},
       {"/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 0}", "max_tokens"},
