@@ -40,14 +40,29 @@ const OptionFields<OpdOptions>& OpdOptions::fields() {
                "trainer ranks) or engine (engines of its own, during the rollout).");
     f.add("opd_kl_coef", &O::kl_coef, "Weight of the distillation term in the advantage.").min(0);
     f.add("opd_teacher_hf_checkpoint", &O::teacher_hf_checkpoint,
-          "The teacher's Hugging Face model directory; it must share the student's tokenizer.");
+          "--opd-type trainer: the teacher's Hugging Face model directory; it must share the "
+          "student's tokenizer.");
+    f.add("opd_teacher_url", &O::teacher_url,
+          "--opd-type engine: http://HOST:PORT of a server answering /generate with the "
+          "teacher (ooze serve --model TEACHER, or SGLang); the same tokenizer as the student.");
     f.add_rule([](const O& o) {
-      if (o.use_opd && o.teacher_hf_checkpoint.empty()) {
-        throw ConfigError("--use-opd needs --opd-teacher-hf-checkpoint: the teacher's model");
-      }
-      if (!o.use_opd && !o.teacher_hf_checkpoint.empty()) {
+      const bool trainer = o.type == OpdType::kTrainer;
+      if (o.use_opd && trainer && o.teacher_hf_checkpoint.empty()) {
         throw ConfigError(
-            "--opd-teacher-hf-checkpoint has no effect without --use-opd: add --use-opd");
+            "--use-opd --opd-type trainer needs --opd-teacher-hf-checkpoint: the "
+            "teacher's model");
+      }
+      if (o.use_opd && !trainer && o.teacher_url.empty()) {
+        throw ConfigError(
+            "--use-opd --opd-type engine needs --opd-teacher-url: the teacher's "
+            "server (ooze serve --model TEACHER, or SGLang)");
+      }
+      if ((!o.use_opd || !trainer) && !o.teacher_hf_checkpoint.empty()) {
+        throw ConfigError(
+            "--opd-teacher-hf-checkpoint has no effect without --use-opd --opd-type trainer");
+      }
+      if ((!o.use_opd || trainer) && !o.teacher_url.empty()) {
+        throw ConfigError("--opd-teacher-url has no effect without --use-opd --opd-type engine");
       }
     });
     return f;

@@ -11,8 +11,9 @@
 // Where the teacher's log-probs come from (--opd-type):
 //   trainer  a frozen copy of --opd-teacher-hf-checkpoint sharded beside the policy in the
 //            trainer ranks (like the reference model), scoring the batch before the step;
-//   engine   engines of their own serving the teacher score each finished sample during the
-//            rollout (SGLang's /generate with logprob_start_len), stored per sample.
+//   engine   a server of its own answering SGLang's /generate (`ooze serve --model TEACHER`, or
+//            SGLang) scores the batch's tokens as prompts (logprob_start_len, nothing
+//            generated) at --opd-teacher-url: a teacher of any size, on any machine.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -31,9 +32,11 @@ struct OpdOptions {
   bool use_opd = false;
   OpdType type = OpdType::kTrainer;
   double kl_coef = 1.0;
-  std::string teacher_hf_checkpoint;  // the teacher's Hugging Face directory (same tokenizer)
+  std::string teacher_hf_checkpoint;  // trainer: the teacher's Hugging Face directory
+  std::string teacher_url;            // engine: http://HOST:PORT of the teacher's server
 
-  // --use-opd, --opd-type, --opd-kl-coef, --opd-teacher-hf-checkpoint ("algorithm" section).
+  // --use-opd, --opd-type, --opd-kl-coef, --opd-teacher-hf-checkpoint, --opd-teacher-url
+  // ("algorithm" section).
   static const OptionFields<OpdOptions>& fields();
 };
 

@@ -333,6 +333,27 @@ RolloutBatch RlLoop::batch_of(const std::vector<std::vector<rollout::Sample>>& g
   return batch;
 }
 
+// --opd-type engine: the teacher's server scores every sample's response tokens.
+std::vector<at::Tensor> RlLoop::teacher_server_log_probs(const RolloutBatch& batch) {
+  if (!teacher_server_) {
+    teacher_server_ = std::make_unique<rollout::TeacherServer>(algorithm_.opd.teacher_url,
+                                                               std::chrono::minutes(30));
+  }
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<int64_t> response_lengths;
+  for (const fsdp::PackingSample& sample : batch.samples) {
+    const at::Tensor ids = sample.tokens.to(at::kLong).contiguous();
+    tokens.emplace_back(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    response_lengths.push_back(sample.response_length);
+  }
+  std::vector<at::Tensor> log_probs;
+  for (const std::vector<float>& values :
+       teacher_server_->response_log_probs(tokens, response_lengths)) {
+    log_probs.push_back(at::tensor(values, at::kFloat));
+  }
+  return log_probs;
+}
+
 void RlLoop::score(RolloutBatch& batch, MetricLine& line) {
   if (trainer_.step.loss_type == trainer::LossType::kSftLoss) return;  // nothing to compare against
   const trainer::TrainBatch everything{batch.samples};
@@ -365,8 +386,11 @@ void RlLoop::score(RolloutBatch& batch, MetricLine& line) {
       batch.set("teacher_log_probs",
                 trainer::log_probs(job_.trainers, everything, trainer_.step.packing,
                                    trainer_.step.temperature, trainer::Scorer::kTeacher));
-      line["perf/teacher_log_probs_time"] = seconds_since(start);
+    } else {
+      start = Clock::now();
+      batch.set("teacher_log_probs", teacher_server_log_probs(batch));
     }
+    line["perf/teacher_log_probs_time"] = seconds_since(start);
     std::vector<at::Tensor> masks;
     for (const fsdp::PackingSample& sample : batch.samples) masks.push_back(sample.response_mask);
     line["train/opd_kl"] =

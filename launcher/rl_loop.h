@@ -45,6 +45,7 @@
 #include "rollout/reward_model.h"
 #include "rollout/rollout_hooks.h"
 #include "rollout/rollout_manager.h"
+#include "rollout/teacher_server.h"
 #include "serving/router_server.h"
 #include "trainer/trainer_options.h"
 
@@ -71,6 +72,7 @@ class RlLoop {
   rollout::RolloutResult generate(int64_t rollout_id);
   RolloutBatch batch_of(const std::vector<std::vector<rollout::Sample>>& groups) const;
   void score(RolloutBatch& batch, MetricLine& line);
+  std::vector<at::Tensor> teacher_server_log_probs(const RolloutBatch& batch);
   void train(int64_t rollout_id, const RolloutBatch& batch, MetricLine& line);
   void sync(int64_t version, MetricLine& line);
   MetricLine evaluate(int64_t rollout_id);
@@ -93,6 +95,7 @@ class RlLoop {
   RunLog log_;
   std::unique_ptr<rollout::PromptSource> source_;
   std::unique_ptr<rollout::RolloutManager> manager_;
+  std::unique_ptr<rollout::TeacherServer> teacher_server_;  // --opd-type engine
   int64_t optimizer_steps_ = 0;
   AsyncRollouts* async_ = nullptr;  // while --async rollouts run
   // --use-fault-tolerance: dead or hung engines restarted, re-synced and routed again.

@@ -258,9 +258,8 @@ TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
           "--use-opd distills into a policy trained on its own rollouts: it needs trainers and "
           "generated samples");
     }
-    check_model_directory(algorithm.opd.teacher_hf_checkpoint, "--opd-teacher-hf-checkpoint");
-    if (algorithm.opd.type == algorithms::OpdType::kEngine) {
-      throw ConfigError("--opd-type engine is not available yet: use --opd-type trainer");
+    if (algorithm.opd.type == algorithms::OpdType::kTrainer) {
+      check_model_directory(algorithm.opd.teacher_hf_checkpoint, "--opd-teacher-hf-checkpoint");
     }
   }
   if (plan.needs_reference && !config.get<std::string>("ref_load").empty()) {

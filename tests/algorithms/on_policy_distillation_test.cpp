@@ -83,17 +83,27 @@ TEST(OnPolicyDistillationTest, FlagsNeedATeacherAndNameIt) {
     return AlgorithmOptions::from_config(load_config(schema, "", flags)).opd;
   };
   EXPECT_FALSE(options({}).use_opd);
-  const OpdOptions opd = options({"--use-opd", "--opd-teacher-hf-checkpoint", "/teacher",
+  const OpdOptions opd = options({"--use-opd", "--opd-teacher-url", "http://127.0.0.1:30001",
                                   "--opd-kl-coef", "0.5", "--opd-type", "engine"});
   EXPECT_TRUE(opd.use_opd);
   EXPECT_EQ(opd.type, OpdType::kEngine);
   EXPECT_EQ(opd.kl_coef, 0.5);
+  EXPECT_EQ(options({"--use-opd", "--opd-teacher-hf-checkpoint", "/t"}).type, OpdType::kTrainer);
   EXPECT_CONTAINS(error_message_of<ConfigError>([&] { options({"--use-opd"}); }),
-                  "--use-opd needs --opd-teacher-hf-checkpoint");
+                  "--use-opd --opd-type trainer needs --opd-teacher-hf-checkpoint");
+  EXPECT_CONTAINS(error_message_of<ConfigError>([&] {
+                    options({"--use-opd", "--opd-type", "engine"});
+                  }),
+                  "--use-opd --opd-type engine needs --opd-teacher-url");
   EXPECT_CONTAINS(error_message_of<ConfigError>([&] {
                     options({"--opd-teacher-hf-checkpoint", "/t"});
                   }),
-                  "has no effect without --use-opd");
+                  "has no effect without --use-opd --opd-type trainer");
+  EXPECT_CONTAINS(error_message_of<ConfigError>([&] {
+                    options({"--use-opd", "--opd-teacher-hf-checkpoint", "/t", "--opd-teacher-url",
+                             "http://h:1"});
+                  }),
+                  "--opd-teacher-url has no effect without --use-opd --opd-type engine");
 }
 
 }  // namespace on_policy_distillation_test

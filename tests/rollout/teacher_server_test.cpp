@@ -1,0 +1,76 @@
+// The distillation teacher's client (--opd-type engine) against a real `ooze serve` engine
+// server: the response tokens' log-probs it returns equal an independent computation (the
+// model's packed forward and an fp64 log-softmax), and a server that cannot score says so.
+#include "rollout/teacher_server.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "models/hf_checkpoint.h"
+#include "models/model_config.h"
+#include "models/transformer.h"
+#include "serving/engine_server.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/tiny_model.h"
+
+namespace ooze::rollout {
+namespace teacher_server_test {
+
+// log p(tokens[t] | tokens[:t]) for the last `response` tokens, from the model's training
+// forward in fp64.
+std::vector<double> reference(const std::vector<int64_t>& tokens, int64_t response) {
+  models::TransformerModel model(models::load_model_config(testing::tiny_model_dir()));
+  models::load_hf_weights(*model, testing::tiny_model_dir());
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  torch::NoGradGuard no_grad;
+  const at::Tensor hidden = model->forward(at::tensor(tokens, at::kLong), at::arange(n, at::kLong),
+                                           at::tensor({0, static_cast<int>(n)}, at::kInt));
+  const at::Tensor log_probs = model->logits(hidden).to(at::kDouble).log_softmax(-1);
+  std::vector<double> out;
+  for (int64_t t = n - response; t < n; ++t) {
+    out.push_back(log_probs[t - 1][tokens[t]].item<double>());
+  }
+  return out;
+}
+
+TEST(TeacherServerTest, ResponseLogProbsEqualTheTeachersOwnForward) {
+  engine::EngineOptions options;
+  options.model_dir = testing::tiny_model_dir();
+  options.kv_cache_blocks = 128;
+  options.block_size = 16;
+  options.intra_op_threads = 1;
+  engine::Engine engine(options);
+  serving::EngineServer server(engine, serving::ServerOptions{});
+
+  const std::vector<std::vector<int64_t>> tokens = {
+      {72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100},
+      {49, 43, 50, 61, 51},
+      {84, 104, 101, 32, 99, 97, 116, 32, 115, 97, 116, 32, 111, 110, 32, 109, 97, 116}};
+  const std::vector<int64_t> responses = {4, 1, 11};
+  TeacherServer teacher(server.url(), std::chrono::seconds(60));
+  const std::vector<std::vector<float>> scored = teacher.response_log_probs(tokens, responses);
+  ASSERT_EQ(scored.size(), tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::vector<double> expected = reference(tokens[i], responses[i]);
+    ASSERT_EQ(scored[i].size(), expected.size()) << "sequence " << i;
+    for (size_t t = 0; t < expected.size(); ++t) {
+      EXPECT_NEAR(scored[i][t], expected[t], 1e-5) << "sequence " << i << " token " << t;
+    }
+  }
+
+  // Nothing to score, and no server at all.
+  EXPECT_CONTAINS(testing::error_message_of<Error>([&] {
+                    teacher.response_log_probs({{1, 2, 3}}, {3});
+                  }),
+                  "sequence 0 has 3 tokens and a response of 3");
+  TeacherServer nobody("http://127.0.0.1:1", std::chrono::seconds(5));
+  EXPECT_THROW(nobody.response_log_probs(tokens, responses), Error);
+}
+
+}  // namespace teacher_server_test
+}  // namespace ooze::rollout
