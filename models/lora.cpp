@@ -11,7 +11,7 @@ namespace {
 
 constexpr const char* kAllLinear = "all-linear";
 
-// The projection `name` of `layer` ("self_attn.q_proj" style module path under the layer).
+// The projection called `name` ("q_proj", ..., "down_proj") of `layer`.
 LinearImpl* projection(DecoderLayerImpl& layer, const std::string& name) {
   if (name == "q_proj") return layer.self_attn->q_proj.get();
   if (name == "k_proj") return layer.self_attn->k_proj.get();

@@ -10,7 +10,9 @@
 #
 #   examples/distillation/run.sh [OUT]
 # Environment: BUILD_DIR (build), SEED (1), TEACHER_ROLLOUTS (800), NUM_ROLLOUT (200),
-# EVAL_INTERVAL (25), OPD_KL_COEF (1.0), TEACHER (an existing teacher model: skips step 1).
+# EVAL_INTERVAL (25), OPD_KL_COEF (1.0), TEACHER (an existing teacher model: skips step 1),
+# STUDENT_ARGS (more flags for both students, e.g. "--n-samples-per-prompt 2
+# --rollout-batch-size 64": fewer samples per prompt, where GRPO's group signal is sparse).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="$(mkdir -p "${1:-runs/distillation}" && cd "${1:-runs/distillation}" && pwd)"
@@ -27,10 +29,11 @@ export WARM_START="${WARM_START:-$OUT/teacher-run/sft/model}"
 export NUM_ROLLOUT="${NUM_ROLLOUT:-200}" EVAL_INTERVAL="${EVAL_INTERVAL:-25}"
 
 echo "student, GRPO alone ($OUT/grpo)"
-GRPO_EXTRA_ARGS="" bash "$demo" "$OUT/grpo" > /dev/null
+GRPO_EXTRA_ARGS="${STUDENT_ARGS:-}" bash "$demo" "$OUT/grpo" > /dev/null
 echo "student, GRPO + on-policy distillation ($OUT/opd)"
-GRPO_EXTRA_ARGS="--use-opd --opd-type trainer --opd-teacher-hf-checkpoint $TEACHER \
---opd-kl-coef ${OPD_KL_COEF:-1.0}" bash "$demo" "$OUT/opd" > /dev/null
+GRPO_EXTRA_ARGS="${STUDENT_ARGS:-} --use-opd --opd-type trainer \
+--opd-teacher-hf-checkpoint $TEACHER --opd-kl-coef ${OPD_KL_COEF:-1.0}" \
+  bash "$demo" "$OUT/opd" > /dev/null
 
 curve() { grep -o '"eval/add":[0-9.e-]*' "$1/metrics.jsonl" | cut -d: -f2 | paste -sd' '; }
 echo "eval/add every $EVAL_INTERVAL rollouts"

@@ -319,4 +319,46 @@ TEST(ExamplesTest, MultiTurnRunCallsTheCalculatorDuringRollouts) {
   EXPECT_GT(agent_calls, 0) << "the agents answered no calculator call";
 }
 
+// The distillation example in miniature: a teacher from the demo's GRPO, written with --save-hf,
+// then two students from the same warm start, here LoRA students (STUDENT_ARGS), one of them
+// distilled: LoRA and on-policy distillation through `ooze train` as users run them.
+TEST(ExamplesTest, DistillationRunTrainsATeacherAndDistillsItIntoALoraStudent) {
+  const std::string out = ::ooze::testing::make_temp_dir("example-distillation");
+  ::ooze::testing::Process process(
+      {"/bin/bash", std::string(OOZE_SOURCE_DIR) + "/examples/distillation/run.sh", out},
+      {{"BUILD_DIR", ::ooze::testing::build_path("")},
+       {"SFT_STEPS", "40"},
+       {"TEACHER_ROLLOUTS", std::to_string(kRollouts)},
+       {"NUM_ROLLOUT", std::to_string(kRollouts)},
+       {"EVAL_INTERVAL", std::to_string(kRollouts)},
+       {"STUDENT_ARGS", "--lora-rank 8 --lora-alpha 16"}},
+      out + ".log");
+  const ::ooze::testing::ExitStatus status = process.wait(600s);
+  ASSERT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << process.output();
+  EXPECT_TRUE(fs::exists(out + "/teacher/config.json")) << "no teacher written by --save-hf";
+  EXPECT_NE(process.output().find("GRPO + OPD:"), std::string::npos) << process.output();
+
+  for (const std::string student : {"grpo", "opd"}) {
+    std::ifstream metrics(out + "/" + student + "/grpo/metrics.jsonl");
+    std::string line;
+    std::vector<double> opd_kl, sync_bytes;
+    while (std::getline(metrics, line)) {
+      const json parsed = json::parse(line);
+      if (parsed.contains("train/opd_kl")) opd_kl.push_back(parsed["train/opd_kl"]);
+      if (parsed.contains("perf/update_weights_bytes")) {
+        sync_bytes.push_back(parsed["perf/update_weights_bytes"]);
+      }
+    }
+    // LoRA: the first sync sends the base, the next only the adapted weights.
+    ASSERT_EQ(sync_bytes.size(), static_cast<size_t>(kRollouts)) << student;
+    EXPECT_LT(sync_bytes[1], sync_bytes[0]) << student;
+    if (student == "opd") {
+      ASSERT_EQ(opd_kl.size(), static_cast<size_t>(kRollouts));
+      for (double kl : opd_kl) EXPECT_TRUE(std::isfinite(kl));
+    } else {
+      EXPECT_TRUE(opd_kl.empty());
+    }
+  }
+}
+
 }  // namespace examples_test

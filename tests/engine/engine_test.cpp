@@ -21,11 +21,14 @@
 #include "models/tokenizer.h"
 #include "models/transformer.h"
 #include "models/unicode_utils.h"
+#include "tests/engine/test_prompts.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/tiny_model.h"
 
 namespace ooze::engine {
 namespace engine_test {
+
+using testing::prompt;
 
 using namespace std::chrono_literals;
 
@@ -87,12 +90,6 @@ class EngineTest : public ::testing::Test {
       ids.push_back(next);
     }
     return out;
-  }
-
-  static std::vector<int64_t> prompt(int64_t length, int64_t salt) {
-    std::vector<int64_t> ids;
-    for (int64_t i = 0; i < length; ++i) ids.push_back(32 + (i * 7 + salt * 13) % 90);
-    return ids;
   }
 
   static GenerateRequest greedy(std::vector<int64_t> ids, int64_t max_new_tokens) {

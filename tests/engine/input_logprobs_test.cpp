@@ -14,10 +14,13 @@
 #include "models/hf_checkpoint.h"
 #include "models/model_config.h"
 #include "models/transformer.h"
+#include "tests/engine/test_prompts.h"
 #include "tests/support/tiny_model.h"
 
 namespace ooze::engine {
 namespace input_logprobs_test {
+
+using testing::prompt;
 
 class InputLogprobsTest : public ::testing::Test {
  protected:
@@ -49,12 +52,6 @@ class InputLogprobsTest : public ::testing::Test {
             ->forward(torch::tensor(ids, torch::kLong), torch::arange(n, torch::kLong),
                       torch::tensor(std::vector<int32_t>{0, static_cast<int32_t>(n)}, torch::kInt));
     return (*reference_)->logits(hidden).to(torch::kDouble).log_softmax(1);  // [n, V]
-  }
-
-  static std::vector<int64_t> prompt(int64_t length, int64_t salt) {
-    std::vector<int64_t> ids;
-    for (int64_t i = 0; i < length; ++i) ids.push_back(32 + (i * 7 + salt * 13) % 90);
-    return ids;
   }
 
   static GenerateRequest scoring(std::vector<int64_t> ids, int64_t start) {
