@@ -17,27 +17,15 @@
 #include "tests/models/python_reference.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/process.h"
+#include "tests/support/tiny_model.h"
 
 namespace ooze::models {
 namespace lora_test {
 
 using testing::error_message_of;
 
-ModelConfig tiny_config() {
-  return ModelConfig::from_json(nlohmann::json{{"model_type", "qwen3"},
-                                               {"vocab_size", 61},
-                                               {"hidden_size", 32},
-                                               {"intermediate_size", 48},
-                                               {"num_hidden_layers", 2},
-                                               {"num_attention_heads", 4},
-                                               {"num_key_value_heads", 2},
-                                               {"head_dim", 16},
-                                               {"rms_norm_eps", 1e-6},
-                                               {"rope_theta", 10000.0},
-                                               {"tie_word_embeddings", false},
-                                               {"torch_dtype", "float32"}},
-                                "tiny");
-}
+// The tests' tiny Qwen3 (hidden 64, 2 layers, 4 heads of 16, 2 for keys and values).
+ModelConfig tiny_config() { return load_model_config(testing::tiny_model_dir()); }
 
 LoraOptions lora(int64_t rank, double alpha, std::vector<std::string> targets = {"all-linear"}) {
   LoraOptions options;
@@ -289,8 +277,8 @@ TEST(PeftAdapterTest, AdaptersThatDoNotFitAreRefusedNamingWhatDiffers) {
   const std::string message = error_message_of<FormatError>(
       [&] { load_adapter_weights(*other, load_peft_adapter(dir + "/adapter")); });
   EXPECT_CONTAINS(message,
-                  "model.layers.0.self_attn.q_proj.lora_A.weight has shape [4, 32], "
-                  "the model's is [2, 32]");
+                  "model.layers.0.self_attn.q_proj.lora_A.weight has shape [4, 64], "
+                  "the model's is [2, 64]");
   EXPECT_CONTAINS(message, "model.layers.1.self_attn.k_proj.lora_B.weight is missing");
 
   // A DoRA adapter is not plain LoRA.
