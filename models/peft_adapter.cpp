@@ -47,7 +47,7 @@ json adapter_config_json(const LoraOptions& options, const std::string& base_mod
               {"revision", nullptr}};
 }
 
-// The value at `key` of the config, checked to be what ooze can apply.
+// The LoRA options of an adapter_config.json; a FormatError names the key ooze cannot apply.
 LoraOptions options_from_config(const json& config, const std::string& path) {
   auto fail = [&](const std::string& key, const std::string& why) {
     throw FormatError(path + ": \"" + key + "\" " + why);
