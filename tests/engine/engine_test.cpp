@@ -21,7 +21,7 @@
 #include "models/tokenizer.h"
 #include "models/transformer.h"
 #include "models/unicode_utils.h"
-#include "tests/engine/test_prompts.h"
+#include "tests/engine/tiny_engine_test.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/tiny_model.h"
 
@@ -53,16 +53,8 @@ std::unique_ptr<StreamedRequest> start_streaming(Engine& engine, GenerateRequest
   return flight;
 }
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public testing::TinyEngineTest {
  protected:
-  static void SetUpTestSuite() {
-    at::set_num_threads(1);
-    dir_ = new std::string(testing::tiny_model_dir());
-    reference_ = new models::TransformerModel(models::load_model_config(*dir_));
-    models::load_hf_weights(**reference_, *dir_);
-    (*reference_)->eval();
-  }
-
   static EngineOptions options(int64_t blocks = 256, int64_t block_size = 4) {
     EngineOptions o;
     o.model_dir = *dir_;
@@ -107,12 +99,7 @@ class EngineTest : public ::testing::Test {
     EXPECT_EQ(stats.running_sequences, 0);
     EXPECT_EQ(stats.waiting_sequences, 0);
   }
-
-  static std::string* dir_;
-  static models::TransformerModel* reference_;
 };
-std::string* EngineTest::dir_ = nullptr;
-models::TransformerModel* EngineTest::reference_ = nullptr;
 
 // Runs requests submitted from several threads at staggered times and collects the finished
 // outputs by request id.

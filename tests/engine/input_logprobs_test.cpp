@@ -14,7 +14,7 @@
 #include "models/hf_checkpoint.h"
 #include "models/model_config.h"
 #include "models/transformer.h"
-#include "tests/engine/test_prompts.h"
+#include "tests/engine/tiny_engine_test.h"
 #include "tests/support/tiny_model.h"
 
 namespace ooze::engine {
@@ -22,16 +22,8 @@ namespace input_logprobs_test {
 
 using testing::prompt;
 
-class InputLogprobsTest : public ::testing::Test {
+class InputLogprobsTest : public testing::TinyEngineTest {
  protected:
-  static void SetUpTestSuite() {
-    at::set_num_threads(1);
-    dir_ = new std::string(testing::tiny_model_dir());
-    reference_ = new models::TransformerModel(models::load_model_config(*dir_));
-    models::load_hf_weights(**reference_, *dir_);
-    (*reference_)->eval();
-  }
-
   static EngineOptions options() {
     EngineOptions o;
     o.model_dir = *dir_;
@@ -76,12 +68,7 @@ class InputLogprobsTest : public ::testing::Test {
       EXPECT_NEAR(out.input_logprobs[p - first], expected, 1e-5) << "prompt position " << p;
     }
   }
-
-  static std::string* dir_;
-  static models::TransformerModel* reference_;
 };
-std::string* InputLogprobsTest::dir_ = nullptr;
-models::TransformerModel* InputLogprobsTest::reference_ = nullptr;
 
 TEST_F(InputLogprobsTest, ScoringAPromptMatchesThePackedForward) {
   Engine engine(options());
