@@ -25,7 +25,17 @@ void check_lengths(const std::vector<at::Tensor>& student, const std::vector<at:
 
 }  // namespace
 
-const char* opd_type_name(OpdType type) { return type == OpdType::kEngine ? "engine" : "trainer"; }
+const char* opd_type_name(OpdType type) {
+  switch (type) {
+    case OpdType::kTrainer:
+      return "trainer";
+    case OpdType::kEngine:
+      return "engine";
+    case OpdType::kSelf:
+      return "self";
+  }
+  return "?";
+}
 
 const OptionFields<OpdOptions>& OpdOptions::fields() {
   using O = OpdOptions;
@@ -35,17 +45,50 @@ const OptionFields<OpdOptions>& OpdOptions::fields() {
     f.add("use_opd", &O::use_opd,
           "On-policy distillation: lower each sampled token's advantage by opd_kl_coef * "
           "(log p_student - log p_teacher), on top of any advantage estimator.");
-    f.add_enum("opd_type", &O::type, {OpdType::kTrainer, OpdType::kEngine}, opd_type_name,
+    f.add_enum("opd_type", &O::type, {OpdType::kTrainer, OpdType::kEngine, OpdType::kSelf},
+               opd_type_name,
                "Where the teacher scores the samples: trainer (a frozen sharded copy in the "
-               "trainer ranks) or engine (engines of its own, during the rollout).");
-    f.add("opd_kl_coef", &O::kl_coef, "Weight of the distillation term in the advantage.").min(0);
+               "trainer ranks), engine (engines of its own, during the rollout) or self (OPSD: "
+               "the initial policy shown --opsd-privileged-info-key, a JSD term in the loss).");
+    f.add("opd_kl_coef", &O::kl_coef,
+          "Weight of the distillation term in the advantage (in the loss with --opd-type self).")
+        .min(0);
     f.add("opd_teacher_hf_checkpoint", &O::teacher_hf_checkpoint,
           "--opd-type trainer: the teacher's Hugging Face model directory; it must share the "
           "student's tokenizer.");
     f.add("opd_teacher_url", &O::teacher_url,
           "--opd-type engine: http://HOST:PORT of a server answering /generate with the "
           "teacher (ooze serve --model TEACHER, or SGLang); the same tokenizer as the student.");
+    f.add("opsd_beta", &O::opsd_beta,
+          "--opd-type self: the generalized JSD's weight of the teacher in the mixture; 0 is "
+          "KL(teacher || student), 1 is KL(student || teacher), 0.5 the symmetric JSD.")
+        .min(0)
+        .max(1);
+    f.add("opsd_jsd_clip", &O::opsd_jsd_clip,
+          "--opd-type self: cap on each token's JSD (tokens above it pull no further); 0: no "
+          "cap.")
+        .min(0);
+    f.add("opsd_privileged_info_key", &O::opsd_privileged_info_key,
+          "--opd-type self: the sample field the teacher sees after the prompt: label (the "
+          "--label-key value) or a key of the --metadata-key object, as text.");
     f.add_rule([](const O& o) {
+      if (o.self_distills() && o.opsd_privileged_info_key.empty()) {
+        throw ConfigError(
+            "--use-opd --opd-type self needs --opsd-privileged-info-key: the sample field (label, "
+            "or a --metadata-key field) the teacher is shown, without which it is the student");
+      }
+      if (!o.self_distills() && !o.opsd_privileged_info_key.empty()) {
+        throw ConfigError(
+            "--opsd-privileged-info-key has no effect without --use-opd --opd-type self");
+      }
+      if (o.type == OpdType::kSelf) {
+        if (!o.teacher_hf_checkpoint.empty() || !o.teacher_url.empty()) {
+          throw ConfigError(
+              "--opd-type self distils from the initial policy itself (the reference model): "
+              "drop --opd-teacher-hf-checkpoint and --opd-teacher-url");
+        }
+        return;
+      }
       const bool trainer = o.type == OpdType::kTrainer;
       if (o.use_opd && trainer && o.teacher_hf_checkpoint.empty()) {
         throw ConfigError(

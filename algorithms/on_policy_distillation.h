@@ -13,7 +13,12 @@
 //            trainer ranks (like the reference model), scoring the batch before the step;
 //   engine   a server of its own answering SGLang's /generate (`ooze serve --model TEACHER`, or
 //            SGLang) scores the batch's tokens as prompts (logprob_start_len, nothing
-//            generated) at --opd-teacher-url: a teacher of any size, on any machine.
+//            generated) at --opd-teacher-url: a teacher of any size, on any machine;
+//   self     OPSD, on-policy self-distillation: the frozen initial policy is the teacher, shown
+//            privileged information (--opsd-privileged-info-key: a reference solution, the
+//            answer) after the prompt. It does not shape the advantage: the trainer adds the
+//            full-vocabulary generalized JSD between student and teacher at every response token
+//            to the loss, weighted by --opd-kl-coef (algorithms/self_distillation.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -25,7 +30,7 @@
 
 namespace ooze::algorithms {
 
-enum class OpdType { kTrainer, kEngine };
+enum class OpdType { kTrainer, kEngine, kSelf };
 const char* opd_type_name(OpdType type);
 
 struct OpdOptions {
@@ -34,10 +39,29 @@ struct OpdOptions {
   double kl_coef = 1.0;
   std::string teacher_hf_checkpoint;  // trainer: the teacher's Hugging Face directory
   std::string teacher_url;            // engine: http://HOST:PORT of the teacher's server
+  // self: the JSD's mixing weight (0: KL(teacher || student), 1: KL(student || teacher)), the
+  // per-token cap on it (0: none), and the sample field the teacher is shown.
+  double opsd_beta = 0.5;
+  double opsd_jsd_clip = 0.0;
+  std::string opsd_privileged_info_key;
 
-  // --use-opd, --opd-type, --opd-kl-coef, --opd-teacher-hf-checkpoint, --opd-teacher-url
-  // ("algorithm" section).
+  // Whether the advantage is shaped by teacher log-probs (trainer and engine), and whether the
+  // loss has the self-distillation term.
+  bool shapes_advantages() const { return use_opd && type != OpdType::kSelf; }
+  bool self_distills() const { return use_opd && type == OpdType::kSelf; }
+
+  // --use-opd, --opd-type, --opd-kl-coef, --opd-teacher-hf-checkpoint, --opd-teacher-url,
+  // --opsd-beta, --opsd-jsd-clip, --opsd-privileged-info-key ("algorithm" section).
   static const OptionFields<OpdOptions>& fields();
+
+  template <class A>
+  void save(A& ar) const {
+    save_options(ar, *this);
+  }
+  template <class A>
+  void load(A& ar) {
+    load_options(ar, *this);
+  }
 };
 
 // advantages[i] - coef * (student[i] - teacher[i]) on the response tokens (mask 1), the others

@@ -46,6 +46,10 @@ struct PackingSample {
   // Optional [R]: 0 on response tokens that must not count (truncated or masked turns), 1 on
   // the others. Undefined: every response token counts.
   at::Tensor response_mask;
+  // Optional int64 [P']: with on-policy self-distillation, what the teacher reads in place of the
+  // prompt (the prompt followed by privileged information); its response is the same. Packing
+  // ignores it.
+  at::Tensor teacher_prompt;
 
   int64_t length() const { return tokens.defined() ? tokens.numel() : 0; }
   int64_t prompt_length() const { return length() - response_length; }
@@ -53,7 +57,7 @@ struct PackingSample {
   // Samples travel to the train actors as they are (core/tensor_serialization.h).
   template <class A>
   void serialize(A& ar) {
-    ar(tokens, response_length, response_values, response_mask);
+    ar(tokens, response_length, response_values, response_mask, teacher_prompt);
   }
 };
 

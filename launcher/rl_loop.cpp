@@ -330,6 +330,9 @@ RolloutBatch RlLoop::batch_of(const std::vector<std::vector<rollout::Sample>>& g
     batch.rewards = std::move(*rewards);
     batch.rewards_are_final = true;
   }
+  if (algorithm_.opd.self_distills()) {
+    add_privileged_prompts(batch, groups, algorithm_.opd.opsd_privileged_info_key, data_.tokenizer);
+  }
   return batch;
 }
 
@@ -380,7 +383,7 @@ void RlLoop::score(RolloutBatch& batch, MetricLine& line) {
     line["perf/values_time"] = seconds_since(start);
   }
   const algorithms::OpdOptions& opd = algorithm_.opd;
-  if (opd.use_opd) {
+  if (opd.shapes_advantages()) {
     if (opd.type == algorithms::OpdType::kTrainer) {
       start = Clock::now();
       batch.set("teacher_log_probs",

@@ -163,9 +163,10 @@ trainer::TrainInit policy_init(const Config& config, const TrainPlan& plan) {
   // The policy's log-probs are those of the distribution the rollouts sampled (greedy: T = 1).
   const double temperature = rollout::RolloutOptions::fields().read(config).sampling.temperature;
   init.options.step.temperature = temperature > 0 ? temperature : 1.0;
-  init.reference_model = plan.needs_reference;
+  init.reference_model = plan.needs_reference || plan.self_distills;
   init.ref_load = config.get<std::string>("ref_load");
   const algorithms::OpdOptions opd = algorithms::OpdOptions::fields().read(config);
+  init.options.step.opd = opd;
   if (opd.use_opd && opd.type == algorithms::OpdType::kTrainer) {
     init.teacher_load = opd.teacher_hf_checkpoint;
   }

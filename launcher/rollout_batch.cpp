@@ -173,6 +173,44 @@ at::Tensor rollout_level_rewards(const RolloutBatch& batch, algorithms::Advantag
 
 }  // namespace
 
+namespace {
+
+std::string privileged_information(const rollout::Sample& sample, const std::string& key,
+                                   size_t group, size_t index) {
+  if (key == "label") return sample.label;
+  if (!sample.metadata.is_object() || !sample.metadata.contains(key)) {
+    throw Error("--opsd-privileged-info-key " + key + ": sample " + std::to_string(index) +
+                " of group " + std::to_string(group) + " has no label by that name nor a '" + key +
+                "' field in its metadata (" + sample.metadata.dump() +
+                "); give the dataset's field with --metadata-key, or use label");
+  }
+  const nlohmann::json& value = sample.metadata.at(key);
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+}  // namespace
+
+void add_privileged_prompts(RolloutBatch& batch,
+                            const std::vector<std::vector<rollout::Sample>>& groups,
+                            const std::string& key, const models::Tokenizer& tokenizer) {
+  size_t next = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      const rollout::Sample& sample = groups[g][i];
+      std::vector<int64_t> tokens(sample.tokens.begin(),
+                                  sample.tokens.begin() + sample.prompt_length());
+      const std::vector<int64_t> information =
+          tokenizer.encode(privileged_information(sample, key, g, i));
+      tokens.insert(tokens.end(), information.begin(), information.end());
+      batch.samples.at(next++).teacher_prompt = at::tensor(tokens, at::kLong);
+    }
+  }
+  if (next != batch.samples.size()) {
+    throw Error("add_privileged_prompts: " + std::to_string(next) + " samples in the groups, " +
+                std::to_string(batch.samples.size()) + " in the batch");
+  }
+}
+
 void compute_advantages(RolloutBatch& batch, const algorithms::AdvantageOptions& given_options,
                         algorithms::KlEstimator kl_type, const algorithms::OpdOptions& opd) {
   algorithms::AdvantageOptions options = given_options;
@@ -196,7 +234,7 @@ void compute_advantages(RolloutBatch& batch, const algorithms::AdvantageOptions&
     }
   }
   algorithms::AdvantageResult result = algorithms::compute_advantages(inputs, options);
-  if (opd.use_opd) {
+  if (opd.shapes_advantages()) {
     result.advantages = algorithms::distilled_advantages(
         result.advantages, batch.get("old_log_probs"), batch.get("teacher_log_probs"),
         inputs.response_masks, opd.kl_coef);

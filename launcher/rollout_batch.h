@@ -29,6 +29,7 @@
 #include "algorithms/advantages.h"
 #include "algorithms/kl.h"
 #include "algorithms/on_policy_distillation.h"
+#include "models/tokenizer.h"
 #include "rollout/sample.h"
 #include "trainer/train_actor.h"
 
@@ -69,6 +70,16 @@ std::vector<int64_t> rollout_sizes_of(const std::vector<rollout::Sample>& group)
 // response, or whose group has a different number of rollouts.
 RolloutBatch rollout_batch(const std::vector<std::vector<rollout::Sample>>& groups,
                            const std::string& reward_key = "");
+
+// --opd-type self: gives every sample of `batch` (made from `groups`) its teacher_prompt, its
+// prompt tokens followed by those of its privileged information, the sample's field `key`:
+// "label" (--label-key's value) or a field of its metadata (--metadata-key's object), a string
+// as it is and any other value as JSON. The text goes in as it is, so the dataset words it
+// ("Reference answer: 42\n"). Throws ooze::Error naming the group, the sample and the key when
+// a sample has no such field.
+void add_privileged_prompts(RolloutBatch& batch,
+                            const std::vector<std::vector<rollout::Sample>>& groups,
+                            const std::string& key, const models::Tokenizer& tokenizer);
 
 // Sets "advantages" and "returns" by the estimator of `options` from the rewards and response
 // masks, the KL penalty of --kl-coef taken between "old_log_probs" and "ref_log_probs" with

@@ -45,7 +45,9 @@ struct TrainPlan {
 
   RolloutSource source = RolloutSource::kEngines;
   bool with_trainers = true;     // not with --debug-rollout-only
-  bool needs_reference = false;  // a KL (loss or reward shaping) needs the reference model
+  bool needs_reference = false;  // a KL (loss or reward shaping) needs the reference's log-probs
+  // --use-opd --opd-type self: the reference model (the initial policy) teaches in the loss.
+  bool self_distills = false;
   bool use_rollout_logprobs = false;
   // --async: rollout k+1 is generated while the trainer trains on rollout k, at most
   // max_staleness weight versions behind.

@@ -54,6 +54,8 @@ class ReferenceModel {
   const models::ModelConfig& config() const { return model_->model()->config(); }
   const models::TransformerModel& model() const { return model_->model(); }
   const fsdp::FullyShardedModule& sharded() const { return model_->sharded(); }
+  // The frozen sharded model itself, for a forward of one's own (self-distillation's teacher).
+  fsdp::FsdpTransformer& transformer() { return *model_; }
 
  private:
   std::unique_ptr<fsdp::FsdpTransformer> model_;

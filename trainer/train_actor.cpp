@@ -164,8 +164,12 @@ TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
   const TrainerOptions& options = state_->options;
   fsdp::TrainingProgress& progress = state_->progress;
   const double lr = state_->schedule->lr_at(progress.lr_completed_steps);
-  TrainStepResult result =
-      trainer::train_step(*state_->model, *state_->optimizer, lr, batch.samples, options.step);
+  // Self-distillation's teacher is the initial policy: the reference model, or the base.
+  SelfDistillationTeacher teacher;
+  if (state_->reference_is_base) teacher = {state_->model.get(), /*adapters_off=*/true};
+  if (state_->reference) teacher = {&state_->reference->transformer(), /*adapters_off=*/false};
+  TrainStepResult result = trainer::train_step(*state_->model, *state_->optimizer, lr,
+                                               batch.samples, options.step, teacher);
   // As in Megatron, a skipped step counts as an iteration but does not advance the schedule.
   progress.iteration += 1;
   progress.lr_completed_steps += result.skipped ? 0 : 1;

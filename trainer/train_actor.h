@@ -49,8 +49,9 @@ struct TrainInit {
   TrainerOptions options;
   // A critic loads model_dir's score.weight when it has one, else starts its value head at 0.
   TrainerRole role = TrainerRole::kActor;
-  // The frozen reference model of KL-regularised RL (--use-kl-loss, --kl-coef), sharded like
-  // the policy: the HF model in `ref_load` (--ref-load), or else the initial policy.
+  // The frozen reference model of KL-regularised RL (--use-kl-loss, --kl-coef) and the teacher of
+  // self-distillation (--opd-type self), sharded like the policy: the HF model in `ref_load`
+  // (--ref-load), or else the initial policy (with LoRA: the base, adapters off).
   bool reference_model = false;
   std::string ref_load;
   // On-policy distillation with --opd-type trainer: the teacher's HF directory, loaded frozen

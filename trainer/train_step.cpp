@@ -2,7 +2,9 @@
 
 #include <functional>
 #include <numeric>
+#include <optional>
 
+#include "algorithms/self_distillation.h"
 #include "algorithms/sft_loss.h"
 #include "core/error.h"
 #include "fsdp/context_parallel_gather.h"
@@ -10,6 +12,7 @@
 #include "models/causal_attention.h"
 #include "models/context_parallel_split.h"
 #include "models/log_probs.h"
+#include "models/lora.h"
 #include "trainer/python_loss.h"
 
 namespace ooze::trainer {
@@ -68,6 +71,23 @@ void check_context_parallel_size(fsdp::FsdpTransformer& model,
                 std::to_string(options.context_parallel_size) + " but the model was built with " +
                 std::to_string(model.cp_size()) +
                 "; pass the trainer's --context-parallel-size to both");
+  }
+}
+
+// Self-distillation compares distributions over the vocabulary at the response tokens: the
+// teacher must be there, and the rows are a micro-batch's own, which context parallelism would
+// split over ranks.
+void check_self_distillation(fsdp::FsdpTransformer& model, const TrainStepOptions& options,
+                             const SelfDistillationTeacher& teacher) {
+  if (teacher.model == nullptr) {
+    throw Error("--opd-type self: the training step was given no teacher (the reference model)");
+  }
+  if (options.loss_type != LossType::kPolicyLoss) {
+    throw Error("--opd-type self adds to the policy loss: --loss-type must be policy_loss");
+  }
+  if (model.cp_size() > 1) {
+    throw Error("--opd-type self does not run with --context-parallel-size " +
+                std::to_string(model.cp_size()) + " yet: use 1");
   }
 }
 
@@ -139,22 +159,101 @@ at::Tensor align_to_predicted_tokens(const fsdp::PackedMicroBatch& batch,
   return at::where(batch.position_ids == 0, at::zeros_like(outputs), at::roll(outputs, 1));
 }
 
-// log p(token t | the earlier tokens of its sample) for every packed token.
-models::TokenLogProbs token_log_probs(fsdp::FsdpTransformer& model,
-                                      const fsdp::PackedMicroBatch& batch, double temperature,
-                                      bool with_entropy) {
+// Self-distillation compares whole distributions at the response tokens: the packed rows whose
+// hidden states predict them (row t - 1 predicts token t), in packed order. A student's and a
+// teacher's micro-batch of the same samples differ only in their prompts, so their rows come in
+// the same number and order.
+at::Tensor response_prediction_rows(const fsdp::PackedMicroBatch& batch) {
+  const at::Tensor ends = batch.cu_seqlens.to(at::kCPU, at::kLong);
+  std::vector<int64_t> rows;
+  for (int64_t b = 0; b < batch.num_samples(); ++b) {
+    const int64_t end = ends[b + 1].item<int64_t>();
+    for (int64_t t = end - batch.response_lengths[b]; t < end; ++t) rows.push_back(t - 1);
+  }
+  return at::tensor(rows, at::kLong).to(batch.tokens.device());
+}
+
+// log softmax(hidden[rows] @ head^T / temperature) over the whole vocabulary, fp32 [N, V].
+at::Tensor vocabulary_log_probs(fsdp::FsdpTransformer& model, const at::Tensor& hidden,
+                                const at::Tensor& rows, double temperature) {
+  const at::Tensor logits =
+      at::matmul(hidden.index_select(0, rows), model.lm_head_weight().t()).to(at::kFloat);
+  return at::log_softmax(logits / temperature, -1);
+}
+
+// log p(token t | the earlier tokens of its sample) for every packed token; with
+// `vocabulary_rows` also the vocabulary_log_probs at those rows, from the same forward.
+struct PredictedTokens {
+  models::TokenLogProbs tokens;
+  at::Tensor vocabulary;  // [N, V], when vocabulary_rows is given
+};
+
+PredictedTokens predict_tokens(fsdp::FsdpTransformer& model, const fsdp::PackedMicroBatch& batch,
+                               double temperature, bool with_entropy,
+                               const at::Tensor& vocabulary_rows = {}) {
   const std::vector<at::Tensor> outputs =
       run_model(model, batch, [&](const at::Tensor& hidden, const at::Tensor& next_tokens) {
         models::TokenLogProbs predicted =
             models::compute_token_log_probs(hidden, model.lm_head_weight(), next_tokens,
                                             temperature, /*chunk_tokens=*/1024, with_entropy);
-        if (!with_entropy) return std::vector<at::Tensor>{predicted.log_probs};
-        return std::vector<at::Tensor>{predicted.log_probs, predicted.entropy};
+        std::vector<at::Tensor> out{predicted.log_probs};
+        if (with_entropy) out.push_back(predicted.entropy);
+        if (vocabulary_rows.defined()) {
+          // Not per token: run_model must not gather it (callers refuse context parallelism).
+          out.push_back(vocabulary_log_probs(model, hidden, vocabulary_rows, temperature));
+        }
+        return out;
       });
-  models::TokenLogProbs aligned;
-  aligned.log_probs = align_to_predicted_tokens(batch, outputs[0]);
-  if (with_entropy) aligned.entropy = align_to_predicted_tokens(batch, outputs[1]);
+  PredictedTokens aligned;
+  aligned.tokens.log_probs = align_to_predicted_tokens(batch, outputs[0]);
+  if (with_entropy) aligned.tokens.entropy = align_to_predicted_tokens(batch, outputs[1]);
+  if (vocabulary_rows.defined()) aligned.vocabulary = outputs.back();
   return aligned;
+}
+
+models::TokenLogProbs token_log_probs(fsdp::FsdpTransformer& model,
+                                      const fsdp::PackedMicroBatch& batch, double temperature,
+                                      bool with_entropy) {
+  return predict_tokens(model, batch, temperature, with_entropy).tokens;
+}
+
+// The teacher's side of self-distillation for one micro-batch: each sample read after its
+// teacher_prompt instead of its prompt, without gradients, and the teacher's vocabulary
+// log-probs at the response tokens [N, V]. A rank without samples still runs the teacher (its
+// forward is a collective) on a padding micro-batch, which has no response token.
+at::Tensor teacher_vocabulary_log_probs(const SelfDistillationTeacher& teacher,
+                                        const std::vector<fsdp::PackingSample>& samples,
+                                        const std::vector<int64_t>& indices, double temperature) {
+  std::vector<fsdp::PackingSample> shown;
+  for (int64_t index : indices) {
+    const fsdp::PackingSample& sample = samples[index];
+    if (!sample.teacher_prompt.defined()) {
+      throw Error("self-distillation: sample " + std::to_string(index) +
+                  " has no teacher_prompt (the prompt with the privileged information)");
+    }
+    fsdp::PackingSample read;
+    read.tokens = at::cat({sample.teacher_prompt.to(at::kLong),
+                           sample.tokens.slice(0, sample.prompt_length()).to(at::kLong)});
+    read.response_length = sample.response_length;
+    shown.push_back(std::move(read));
+  }
+  std::vector<int64_t> all(shown.size());
+  std::iota(all.begin(), all.end(), int64_t{0});
+  fsdp::FsdpTransformer& model = *teacher.model;
+  const fsdp::PackedMicroBatch batch = pack_on(device_of(model), shown, all);
+  at::NoGradGuard no_grad;
+  std::optional<models::AdaptersDisabled> base;
+  if (teacher.adapters_off) base.emplace(*model.model());
+  at::Tensor log_probs;
+  try {
+    const at::Tensor hidden = model.forward(batch.tokens, batch.position_ids, batch.cu_seqlens);
+    log_probs = vocabulary_log_probs(model, hidden, response_prediction_rows(batch), temperature);
+  } catch (...) {
+    model.reshard();
+    throw;
+  }
+  model.reshard();
+  return log_probs;
 }
 
 // A critic's value of every packed token, fp32: the value head on the state it was sampled from.
@@ -219,12 +318,16 @@ algorithms::LossOutput sft_loss_of(fsdp::FsdpTransformer& model,
 algorithms::LossOutput policy_loss_of(fsdp::FsdpTransformer& model,
                                       const fsdp::PackedMicroBatch& batch, bool rank_has_samples,
                                       const TrainStepOptions& options,
-                                      const algorithms::LossScale& scale) {
+                                      const algorithms::LossScale& scale,
+                                      const at::Tensor& teacher_log_probs) {
   const algorithms::PolicyLossOptions& policy = options.policy_loss;
   // Entropy is always reported (train/entropy_loss); it carries a gradient only when the loss
   // has an entropy term.
-  const models::TokenLogProbs predicted =
-      token_log_probs(model, batch, options.temperature, /*with_entropy=*/true);
+  const at::Tensor rows =
+      teacher_log_probs.defined() ? response_prediction_rows(batch) : at::Tensor();
+  const PredictedTokens outputs =
+      predict_tokens(model, batch, options.temperature, /*with_entropy=*/true, rows);
+  const models::TokenLogProbs& predicted = outputs.tokens;
   auto value = [&](const std::string& name) {
     return rank_has_samples ? batch.value(name) : at::zeros_like(predicted.log_probs);
   };
@@ -246,7 +349,15 @@ algorithms::LossOutput policy_loss_of(fsdp::FsdpTransformer& model,
   if (policy.mismatch.uses_custom_tis()) {
     inputs.custom_tis = custom_tis(policy.mismatch.custom_tis_function_path, batch);
   }
-  return algorithms::policy_loss(inputs, policy, scale);
+  algorithms::LossOutput out = algorithms::policy_loss(inputs, policy, scale);
+  if (teacher_log_probs.defined()) {
+    const algorithms::LossOutput distilled = algorithms::self_distillation_loss(
+        {batch.cu_seqlens, batch.loss_mask, rows + 1, outputs.vocabulary, teacher_log_probs},
+        options.opd, scale);
+    out.loss = out.loss + distilled.loss;
+    out.metrics.merge(distilled.metrics);
+  }
+  return out;
 }
 
 // The critic's clipped value loss against the returns, from each sample's "values" (at rollout
@@ -283,12 +394,14 @@ algorithms::LossOutput custom_loss_of(fsdp::FsdpTransformer& model,
                      data_parallel_rank);
 }
 
+// `teacher_log_probs`: self-distillation's teacher side of the micro-batch, or undefined.
 algorithms::LossOutput loss_of(fsdp::FsdpTransformer& model, const fsdp::PackedMicroBatch& batch,
                                bool rank_has_samples, const TrainStepOptions& options,
-                               const algorithms::LossScale& scale) {
+                               const algorithms::LossScale& scale,
+                               const at::Tensor& teacher_log_probs) {
   switch (options.loss_type) {
     case LossType::kPolicyLoss:
-      return policy_loss_of(model, batch, rank_has_samples, options, scale);
+      return policy_loss_of(model, batch, rank_has_samples, options, scale, teacher_log_probs);
     case LossType::kSftLoss:
       return sft_loss_of(model, batch, scale);
     case LossType::kValueLoss:
@@ -408,6 +521,7 @@ const OptionFields<TrainStepOptions>& TrainStepOptions::fields() {
     f.include("value_loss", &O::value_loss, algorithms::ValueLossOptions::fields(),
               /*as_flags=*/false);
     f.add_internal("temperature", &O::temperature);
+    f.include("opd", &O::opd, algorithms::OpdOptions::fields(), /*as_flags=*/false);
     return f;
   }();
   return fields;
@@ -428,8 +542,11 @@ fsdp::PackingSample language_modeling_sample(const std::vector<int64_t>& tokens)
 
 TrainStepResult accumulate_gradients(fsdp::FsdpTransformer& model,
                                      const std::vector<fsdp::PackingSample>& samples,
-                                     const TrainStepOptions& options) {
+                                     const TrainStepOptions& options,
+                                     const SelfDistillationTeacher& teacher) {
   check_context_parallel_size(model, options.packing);
+  const bool self_distills = options.opd.self_distills();
+  if (self_distills) check_self_distillation(model, options, teacher);
   const std::vector<std::vector<int64_t>> micro_batches =
       plan_micro_batches(model, samples, options.packing);
 
@@ -455,8 +572,12 @@ TrainStepResult accumulate_gradients(fsdp::FsdpTransformer& model,
   const at::Device device = device_of(model);
   LossMetrics metrics;
   for (const std::vector<int64_t>& indices : micro_batches) {
+    const at::Tensor teacher_log_probs =
+        self_distills ? teacher_vocabulary_log_probs(teacher, samples, indices, options.temperature)
+                      : at::Tensor();
     const fsdp::PackedMicroBatch batch = pack_on(device, samples, indices);
-    const algorithms::LossOutput loss = loss_of(model, batch, !samples.empty(), options, scale);
+    const algorithms::LossOutput loss =
+        loss_of(model, batch, !samples.empty(), options, scale, teacher_log_probs);
     model.backward(loss.loss);
     metrics.merge(loss.metrics);
   }
@@ -471,8 +592,9 @@ TrainStepResult accumulate_gradients(fsdp::FsdpTransformer& model,
 
 TrainStepResult train_step(fsdp::FsdpTransformer& model, fsdp::ShardedAdamW& optimizer, double lr,
                            const std::vector<fsdp::PackingSample>& samples,
-                           const TrainStepOptions& options) {
-  TrainStepResult out = accumulate_gradients(model, samples, options);
+                           const TrainStepOptions& options,
+                           const SelfDistillationTeacher& teacher) {
+  TrainStepResult out = accumulate_gradients(model, samples, options, teacher);
   const fsdp::OptimizerStepResult step =
       fsdp::clip_and_step(model.sharded(), optimizer, lr, options.clip_grad);
   out.grad_norm = step.grad_norm;

@@ -10,6 +10,7 @@
 
 #include "tests/launcher/made_samples.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/tiny_model.h"
 
 namespace ooze::launcher {
 namespace rollout_batch_test {
@@ -43,6 +44,43 @@ TEST(RolloutBatch, SamplesKeepTheirTokensMasksAndRolloutLogProbsGroupAfterGroup)
   ASSERT_EQ(log_probs.size(), 3u);
   EXPECT_NEAR(log_probs[1], -0.2, 1e-7);
   EXPECT_EQ(log_probs[2], 0.0);
+}
+
+TEST(RolloutBatch, SelfDistillationsTeacherReadsThePromptThenThePrivilegedField) {
+  const models::Tokenizer tokenizer = models::load_tokenizer(testing::tiny_model_dir());
+  auto groups = two_groups();
+  for (auto& group : groups) {
+    for (rollout::Sample& sample : group) {
+      sample.label = "label " + std::to_string(sample.index);
+      sample.metadata = {{"solution", "x = " + std::to_string(sample.index)}, {"steps", {1, 2}}};
+    }
+  }
+  const auto expect_teacher_prompts = [&](const std::string& key, const auto& text_of) {
+    RolloutBatch batch = rollout_batch(groups);
+    add_privileged_prompts(batch, groups, key, tokenizer);
+    for (size_t i = 0; i < 6; ++i) {
+      const rollout::Sample& sample = groups[i / 3][i % 3];
+      std::vector<int64_t> expected = {1, 2, 3};  // the prompt
+      for (int64_t token : tokenizer.encode(text_of(sample))) expected.push_back(token);
+      EXPECT_TRUE(at::equal(batch.samples[i].teacher_prompt, at::tensor(expected, at::kLong)))
+          << key << ", sample " << i;
+      // The student's own tokens are untouched.
+      EXPECT_TRUE(at::equal(batch.samples[i].tokens, at::tensor(sample.tokens, at::kLong)));
+    }
+  };
+  expect_teacher_prompts("label", [](const rollout::Sample& s) { return s.label; });
+  expect_teacher_prompts("solution", [](const rollout::Sample& s) {
+    return s.metadata["solution"].get<std::string>();
+  });
+  expect_teacher_prompts("steps", [](const rollout::Sample&) { return std::string("[1,2]"); });
+
+  RolloutBatch batch = rollout_batch(groups);
+  groups[1][2].metadata.erase("solution");
+  EXPECT_CONTAINS(
+      error_message_of<Error>(
+          [&] { add_privileged_prompts(batch, groups, "solution", tokenizer); }),
+      "--opsd-privileged-info-key solution: sample 2 of group 1 has no label by that name nor a "
+      "'solution' field in its metadata");
 }
 
 TEST(RolloutBatch, GrpoAdvantagesAreTheGroupNormalisedRewardOnEveryToken) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -105,6 +106,24 @@ TEST(TrainCommandTest, DisaggregatedEnginesWithAKlLossStartFromTheReference) {
   ASSERT_FALSE(run.steps.empty());
   EXPECT_EQ(run.steps[0]["train/kl_loss"].get<double>(), 0.0) << run.steps[0].dump();
   EXPECT_NE(run.steps.back()["train/kl_loss"].get<double>(), 0.0) << "the policy never moved";
+}
+
+// OPSD with LoRA: the teacher is the base (the adapters off) reading the label after the prompt.
+TEST(TrainCommandTest, SelfDistillationWithLoraPullsTheStudentTowardsTheBaseShownTheLabel) {
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
+  const TrainRun run =
+      train("self-distillation", {"--use-opd", "--opd-type", "self", "--opsd-privileged-info-key",
+                                  "label", "--opd-kl-coef", "0.5", "--lora-rank", "4",
+                                  "--lora-alpha", "8", "--rollout-num-gpus", "1"});
+  ASSERT_EQ(run.steps.size(), 6u) << run.output;
+  for (const json& step : run.steps) {
+    // The label changes the teacher's distributions: there is something to distil.
+    EXPECT_GT(step["train/opsd_jsd"].get<double>(), 1e-6) << step.dump();
+    EXPECT_TRUE(std::isfinite(step["train/loss"].get<double>())) << step.dump();
+  }
+  for (const json& rollout : run.rollouts) {
+    EXPECT_FALSE(rollout.contains("train/opd_kl")) << "self-distillation shaped the advantages";
+  }
 }
 
 // Slime's debug modes: a run saves its rollouts; another trains on them without engines and takes
@@ -343,6 +362,9 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
        "--async overlaps the engines' generation with training"},
       {{"--advantage-estimator", "ppo", "--critic-load", "DIR"}, "--critic-load"},
       {{"--max-restarts", "2"}, "give --save DIR"},
+      {{"--use-opd", "--opd-type", "self", "--opsd-privileged-info-key", "label",
+        "--actor-num-gpus-per-node", "2", "--context-parallel-size", "2"},
+       "--opd-type self does not run with --context-parallel-size 2 yet"},
       // Users' functions are loaded and checked before any process starts.
       {{"--custom-rm-path", "HOOKS/rewards.py:one_argument"},
        "rewards.py:one_argument(args, sample), but it is declared (sample)"},
