@@ -14,9 +14,11 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
+#include "models/hf_checkpoint.h"
 #include "models/hf_directory.h"
 #include "models/model_config.h"
 #include "models/peft_adapter.h"
+#include "models/transformer.h"
 
 namespace ooze::fsdp {
 namespace {
@@ -125,10 +127,12 @@ void export_hf_model(const std::string& dir, FsdpTransformer& model,
   }
 }
 
-void export_peft_adapter(const std::string& dir, FsdpTransformer& model,
-                         const models::LoraOptions& lora, const std::string& base_model) {
-  FullyShardedModule& sharded = model.sharded();
-  std::map<std::string, torch::Tensor> adapter;  // small: rank 0 holds it whole
+namespace {
+
+// A LoRA model's adapters, its only sharded parameters, gathered whole on rank 0 (they are
+// small); the other ranks take part in the gathers and get nothing.
+std::map<std::string, torch::Tensor> gather_adapters(FullyShardedModule& sharded) {
+  std::map<std::string, torch::Tensor> adapter;
   for (size_t u = 0; u < sharded.num_units(); ++u) {
     const torch::Tensor full = sharded.gather_full_master(u);
     if (sharded.rank() != 0) continue;
@@ -137,10 +141,43 @@ void export_peft_adapter(const std::string& dir, FsdpTransformer& model,
           full.narrow(0, entry.offset, entry.numel).view(entry.shape).cpu().clone();
     }
   }
+  return adapter;
+}
+
+}  // namespace
+
+void export_peft_adapter(const std::string& dir, FsdpTransformer& model,
+                         const models::LoraOptions& lora, const std::string& base_model) {
+  FullyShardedModule& sharded = model.sharded();
+  const std::map<std::string, torch::Tensor> adapter = gather_adapters(sharded);
   std::exception_ptr failure;
   if (sharded.rank() == 0) {
     try {
       models::save_peft_adapter(dir, lora, adapter, base_model);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  agree_with_rank0(sharded, failure, fs::path(), dir);
+}
+
+void export_merged_lora_model(const std::string& dir, FsdpTransformer& model,
+                              const models::LoraOptions& lora, const std::string& tokenizer_dir) {
+  FullyShardedModule& sharded = model.sharded();
+  models::PeftAdapter adapter{lora, gather_adapters(sharded)};
+  std::exception_ptr failure;
+  if (sharded.rank() == 0) {
+    try {
+      // A plain fp32 model holding the base, so that each update is added before rounding.
+      const models::ModelConfig& config = model.model()->config();
+      models::TransformerModel merged(config);
+      const auto base = model.model()->named_parameters();
+      torch::NoGradGuard no_grad;
+      for (auto& item : merged->named_parameters()) {
+        item.value().copy_(base[item.key()].detach().to(torch::kCPU, torch::kFloat));
+      }
+      models::merge_adapter_weights(*merged, adapter);
+      models::save_hf_model(dir, config, *merged, tokenizer_dir);
     } catch (...) {
       failure = std::current_exception();
     }

@@ -37,4 +37,13 @@ void export_hf_model(const std::string& dir, FsdpTransformer& model,
 void export_peft_adapter(const std::string& dir, FsdpTransformer& model,
                          const models::LoraOptions& lora, const std::string& base_model);
 
+// A LoRA model as a plain Hugging Face model directory, every adapted weight W + (alpha / r) B A
+// computed in fp32 and written in the config's dtype (models::merge_adapter_weights), what
+// --save-hf-merged writes for engines that know no adapters. The base is replicated on every
+// rank, so rank 0 builds the merged copy alone, holding the model twice meanwhile. A collective
+// like export_hf_model, with its guarantees (staging directory, `dir` untouched on failure).
+void export_merged_lora_model(const std::string& dir, FsdpTransformer& model,
+                              const models::LoraOptions& lora,
+                              const std::string& tokenizer_dir = "");
+
 }  // namespace ooze::fsdp

@@ -171,6 +171,12 @@ void RlLoop::run() {
     actors::get_all(job_.trainers.call_all(&trainer::TrainActor::save_hf, save_hf));
     out_ << "final policy written to " << save_hf << std::endl;
   }
+  const std::string merged = config_.get<std::string>("save_hf_merged");
+  if (!merged.empty() && plan_.with_trainers) {
+    if (takes_turns()) actors::get_all(job_.trainers.call_all(&trainer::TrainActor::wake_up));
+    actors::get_all(job_.trainers.call_all(&trainer::TrainActor::save_merged_hf, merged));
+    out_ << "final policy with its adapters merged written to " << merged << std::endl;
+  }
 }
 
 // --load: the trainer's state, then where the rollouts stood; the engines, started from the

@@ -8,6 +8,7 @@
 #include "launcher/engine_supervisor.h"
 #include "launcher/slime_flags.h"
 #include "launcher/train_data_hooks.h"
+#include "models/lora.h"
 #include "models/model_config.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
@@ -104,6 +105,9 @@ ConfigSchema build_train_schema() {
                     "Write the final policy here as a Hugging Face model directory (what "
                     "ooze serve and --hf-checkpoint load); with --lora-rank, its PEFT adapter "
                     "directory (ooze serve --lora loads it).");
+  schema.add_string("save_hf_merged", "",
+                    "With --lora-rank: also write the final policy here with the adapters merged "
+                    "in, a plain Hugging Face model directory for engines without LoRA.");
   schema.section("debug");
   schema.add_string("save_debug_rollout_data", "",
                     "Write each rollout's kept samples as JSON lines; {rollout_id} in the path "
@@ -282,6 +286,12 @@ TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
   }
   if (plan.needs_reference && !config.get<std::string>("ref_load").empty()) {
     check_model_directory(config.get<std::string>("ref_load"), "--ref-load");
+  }
+  if (!config.get<std::string>("save_hf_merged").empty() &&
+      !models::LoraOptions::fields().read(config).enabled()) {
+    throw ConfigError(
+        "--save-hf-merged merges LoRA adapters into the base: without --lora-rank, --save-hf "
+        "writes the whole model");
   }
 
   plan.with_critic =

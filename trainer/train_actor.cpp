@@ -248,6 +248,15 @@ std::string TrainActor::save_hf(const std::string& dir) {
   return dir;
 }
 
+std::string TrainActor::save_merged_hf(const std::string& dir) {
+  if (!state_) throw Error("TrainActor::save_merged_hf before init");
+  if (!state_->options.lora.enabled()) {
+    throw ConfigError("--save-hf-merged merges LoRA adapters: this trainer has none");
+  }
+  fsdp::export_merged_lora_model(dir, *state_->model, state_->options.lora, state_->model_dir);
+  return dir;
+}
+
 void TrainActor::connect_rollout_engines(const RolloutEngineConnection& connection) {
   if (!state_) throw Error("TrainActor::connect_rollout_engines before init");
   if (connection.engines.empty()) throw ConfigError("connect_rollout_engines: no engine given");
@@ -337,6 +346,7 @@ const auto train_actor_class =
         .method("load", &TrainActor::load)
         .method("load_iteration", &TrainActor::load_iteration)
         .method("save_hf", &TrainActor::save_hf)
+        .method("save_merged_hf", &TrainActor::save_merged_hf)
         .method("connect_rollout_engines", &TrainActor::connect_rollout_engines)
         .method("update_weights", &TrainActor::update_weights)
         .method("update_engine_weights", &TrainActor::update_engine_weights)

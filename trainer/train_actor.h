@@ -116,8 +116,12 @@ class TrainActor {
   fsdp::TrainingProgress load(const std::string& dir);
   // The same at `iteration` (whatever the tracker names; -1: what load() takes).
   fsdp::TrainingProgress load_iteration(const std::string& dir, int64_t iteration);
-  // Writes the full weights as an HF model directory (rank 0 writes; every rank takes part).
+  // Writes the full weights as an HF model directory (rank 0 writes; every rank takes part); with
+  // LoRA the PEFT adapter directory.
   std::string save_hf(const std::string& dir);
+  // With LoRA: the model with its adapters merged in, as a plain HF model directory
+  // (--save-hf-merged); a collective like save_hf.
+  std::string save_merged_hf(const std::string& dir);
   // Keeps `connection`'s engines up to date from now on (they must all have one dtype; the
   // trainer casts to it). Replaces an earlier connection.
   void connect_rollout_engines(const RolloutEngineConnection& connection);

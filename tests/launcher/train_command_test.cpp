@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "tests/launcher/tiny_train_command.h"
+#include "tests/models/peft_reader.h"
+#include "tests/models/python_reference.h"
 #include "tests/support/process.h"
 #include "tests/support/tiny_model.h"
 
@@ -109,12 +111,15 @@ TEST(TrainCommandTest, DisaggregatedEnginesWithAKlLossStartFromTheReference) {
 }
 
 // OPSD with LoRA: the teacher is the base (the adapters off) reading the label after the prompt.
+// The final adapter and the merged model made from it are judged by an independent reader.
 TEST(TrainCommandTest, SelfDistillationWithLoraPullsTheStudentTowardsTheBaseShownTheLabel) {
   if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
+  const std::string out = ::ooze::testing::make_temp_dir("train-command-lora-export");
   const TrainRun run =
-      train("self-distillation", {"--use-opd", "--opd-type", "self", "--opsd-privileged-info-key",
-                                  "label", "--opd-kl-coef", "0.5", "--lora-rank", "4",
-                                  "--lora-alpha", "8", "--rollout-num-gpus", "1"});
+      train("self-distillation",
+            {"--use-opd", "--opd-type", "self", "--opsd-privileged-info-key", "label",
+             "--opd-kl-coef", "0.5", "--lora-rank", "4", "--lora-alpha", "8", "--rollout-num-gpus",
+             "1", "--save-hf", out + "/adapter", "--save-hf-merged", out + "/merged"});
   ASSERT_EQ(run.steps.size(), 6u) << run.output;
   for (const json& step : run.steps) {
     // The label changes the teacher's distributions: there is something to distil.
@@ -124,6 +129,15 @@ TEST(TrainCommandTest, SelfDistillationWithLoraPullsTheStudentTowardsTheBaseShow
   for (const json& rollout : run.rollouts) {
     EXPECT_FALSE(rollout.contains("train/opd_kl")) << "self-distillation shaped the advantages";
   }
+  // Every projection of the tiny model's layers, scaled by alpha / r = 2.
+  const std::string script = out + "/peft_reader.py";
+  std::ofstream(script) << ::ooze::testing::kPeftReader;
+  const std::string printed = ::ooze::testing::run_python_reference(
+      "'" + script + "' '" + out + "/adapter' '" + ::ooze::testing::tiny_model_dir() + "' '" + out +
+          "/merged'",
+      "");
+  EXPECT_NE(printed.find(" modules 2.0\n"), std::string::npos) << printed;
+  EXPECT_NE(printed.rfind("0 ", 0), 0u) << printed;
 }
 
 // Slime's debug modes: a run saves its rollouts; another trains on them without engines and takes
@@ -362,6 +376,7 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
        "--async overlaps the engines' generation with training"},
       {{"--advantage-estimator", "ppo", "--critic-load", "DIR"}, "--critic-load"},
       {{"--max-restarts", "2"}, "give --save DIR"},
+      {{"--save-hf-merged", "merged"}, "--save-hf-merged merges LoRA adapters into the base"},
       {{"--use-opd", "--opd-type", "self", "--opsd-privileged-info-key", "label",
         "--actor-num-gpus-per-node", "2", "--context-parallel-size", "2"},
        "--opd-type self does not run with --context-parallel-size 2 yet"},

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "models/hf_checkpoint.h"
 #include "models/peft_adapter.h"
+#include "tests/models/peft_reader.h"
 #include "tests/models/python_reference.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/process.h"
@@ -169,53 +170,6 @@ TEST(LoraTest, GradientsOfAAndBAreTheClosedForm) {
   EXPECT_FALSE(linear.weight.grad().defined());
 }
 
-// An independent reader of what save_peft_adapter writes: the safetensors header parsed by hand
-// (8-byte length, JSON, raw little-endian data), PEFT's config keys, and the merge done in
-// torch from the base model's file, compared with the model ooze merged and saved.
-constexpr const char* kPeftReader = R"PY(
-import json, struct, sys, torch
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", (name, info["dtype"])
-        begin, end = info["data_offsets"]
-        raw = bytearray(data[8 + n + begin:8 + n + end])
-        tensors[name] = torch.frombuffer(raw, dtype=torch.float32).reshape(info["shape"])
-    return tensors, header.get("__metadata__", {})
-
-adapter_dir, base_dir, merged_dir = sys.argv[1:4]
-config = json.load(open(adapter_dir + "/adapter_config.json"))
-assert config["peft_type"] == "LORA" and config["task_type"] == "CAUSAL_LM", config
-assert config["bias"] == "none" and config["use_dora"] is False and config["use_rslora"] is False
-scaling = config["lora_alpha"] / config["r"]
-adapter, metadata = read_safetensors(adapter_dir + "/adapter_model.safetensors")
-assert metadata.get("format") == "pt", metadata
-base, _ = read_safetensors(base_dir + "/model.safetensors")
-merged, _ = read_safetensors(merged_dir + "/model.safetensors")
-prefix = "base_model.model."
-modules = sorted(k[len(prefix):-len(".lora_A.weight")] for k in adapter if k.endswith(".lora_A.weight"))
-assert all(k.startswith(prefix) for k in adapter), list(adapter)
-assert len(adapter) == 2 * len(modules)
-for module in modules:
-    a = adapter[prefix + module + ".lora_A.weight"].double()
-    b = adapter[prefix + module + ".lora_B.weight"].double()
-    assert a.shape[0] == config["r"] and b.shape[1] == config["r"]
-    assert module.rsplit(".", 1)[1] in config["target_modules"], module
-    expected = base[module + ".weight"].double() + scaling * (b @ a)
-    error = (merged[module + ".weight"].double() - expected).abs().max().item()
-    assert error < 1e-6, (module, error)
-untouched = [k for k in base if k[:-len(".weight")] not in modules]
-assert untouched and all(torch.equal(base[k], merged[k]) for k in untouched)
-print(len(modules), "modules", scaling)
-)PY";
-
 TEST(PeftAdapterTest, ASavedAdapterReadsBackHereAndInAnIndependentReader) {
   const std::string dir = testing::make_temp_dir("peft-adapter");
   TransformerModel model(tiny_config());
@@ -250,7 +204,7 @@ TEST(PeftAdapterTest, ASavedAdapterReadsBackHereAndInAnIndependentReader) {
   EXPECT_LT((hidden_of(merged) - hidden_of(model)).abs().max().item<double>(), 1e-5);
   save_hf_model(dir + "/merged", merged->config(), *merged, "");
   const std::string script = dir + "/peft_reader.py";
-  std::ofstream(script) << kPeftReader;
+  std::ofstream(script) << testing::kPeftReader;
   const std::string printed = testing::run_python_reference(
       "'" + script + "' '" + dir + "/adapter' '" + dir + "/base' '" + dir + "/merged'", "");
   EXPECT_EQ(printed, "6 modules 3.0\n");
