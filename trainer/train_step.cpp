@@ -1,5 +1,6 @@
 #include "trainer/train_step.h"
 
+#include <algorithm>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -181,6 +182,14 @@ at::Tensor vocabulary_log_probs(fsdp::FsdpTransformer& model, const at::Tensor& 
   return at::log_softmax(logits / temperature, -1);
 }
 
+// The head runs over the vocabulary a chunk of tokens at a time (models/log_probs.h), in
+// chunks of about 32M logits (128 MB in fp32): with Qwen3's 151,936-token vocabulary that is
+// 220 tokens at once, where a fixed 1024 would hold [1024, V] logits (620 MB) and as much again
+// for their softmax, more than the rest of a small model's activations.
+int64_t log_prob_chunk_tokens(int64_t vocab_size) {
+  return std::max<int64_t>(64, (int64_t{1} << 25) / std::max<int64_t>(vocab_size, 1));
+}
+
 // log p(token t | the earlier tokens of its sample) for every packed token; with
 // `vocabulary_rows` also the vocabulary_log_probs at those rows, from the same forward.
 struct PredictedTokens {
@@ -193,9 +202,10 @@ PredictedTokens predict_tokens(fsdp::FsdpTransformer& model, const fsdp::PackedM
                                const at::Tensor& vocabulary_rows = {}) {
   const std::vector<at::Tensor> outputs =
       run_model(model, batch, [&](const at::Tensor& hidden, const at::Tensor& next_tokens) {
+        const at::Tensor head = model.lm_head_weight();
         models::TokenLogProbs predicted =
-            models::compute_token_log_probs(hidden, model.lm_head_weight(), next_tokens,
-                                            temperature, /*chunk_tokens=*/1024, with_entropy);
+            models::compute_token_log_probs(hidden, head, next_tokens, temperature,
+                                            log_prob_chunk_tokens(head.size(0)), with_entropy);
         std::vector<at::Tensor> out{predicted.log_probs};
         if (with_entropy) out.push_back(predicted.entropy);
         if (vocabulary_rows.defined()) {
