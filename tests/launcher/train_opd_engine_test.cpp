@@ -3,6 +3,7 @@
 // --opd-teacher-hf-checkpoint in bundles of their own, each sample scored by them as it finishes
 // generating (with --async: on the generation thread), and the teacher_log_probs the samples
 // carry to --save-debug-rollout-data compared with the teacher model's own forward in fp64.
+// Colocated, the teacher engines still take bundles of their own.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -123,6 +124,27 @@ TEST(TrainOpdEngineTest, LaunchedTeacherEnginesScoreEverySampleDuringTheRollout)
       EXPECT_NEAR(line["train/opd_kl"].get<double>(), gap / tokens, 1e-4);
     }
   }
+}
+
+// Colocated, the rollout engines share the trainer's bundles; the teacher's still has its own.
+TEST(TrainOpdEngineTest, ColocatedTeacherEnginesTakeBundlesOfTheirOwn) {
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
+  const std::string dir = ::ooze::testing::make_temp_dir("train-opd-engine-colocated");
+  const std::string teacher = make_teacher(dir + "/teacher");
+  ::ooze::testing::Process run(
+      ::ooze::testing::tiny_train_command(
+          dir, {"--use-opd", "--opd-type", "engine", "--opd-teacher-hf-checkpoint", teacher,
+                "--colocate", "--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "2",
+                "--num-rollout", "1"}),
+      {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
+  const ::ooze::testing::ExitStatus status = run.wait(180s);
+  ASSERT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << run.output();
+  EXPECT_NE(run.output().find("rank 0 + engine 0, rank 1 + engine 1, teacher engine 0;"),
+            std::string::npos)
+      << run.output();
+  const std::vector<json> lines = ::ooze::testing::read_json_lines(dir + "/out/metrics.jsonl");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_TRUE(lines.back().contains("train/opd_kl")) << lines.back().dump();
 }
 
 // Where the teacher comes from is checked before any process starts; a teacher that cannot be
