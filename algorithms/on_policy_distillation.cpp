@@ -54,11 +54,17 @@ const OptionFields<OpdOptions>& OpdOptions::fields() {
           "Weight of the distillation term in the advantage (in the loss with --opd-type self).")
         .min(0);
     f.add("opd_teacher_hf_checkpoint", &O::teacher_hf_checkpoint,
-          "--opd-type trainer: the teacher's Hugging Face model directory; it must share the "
-          "student's tokenizer.");
+          "The teacher's Hugging Face model directory: sharded in the trainer (--opd-type "
+          "trainer), or loaded by the teacher engines ooze train launches (--opd-type engine); "
+          "it must share the student's tokenizer.");
     f.add("opd_teacher_url", &O::teacher_url,
-          "--opd-type engine: http://HOST:PORT of a server answering /generate with the "
-          "teacher (ooze serve --model TEACHER, or SGLang); the same tokenizer as the student.");
+          "--opd-type engine, instead of --opd-teacher-hf-checkpoint: http://HOST:PORT of a "
+          "server answering /generate with the teacher, served elsewhere (ooze serve --model "
+          "TEACHER, or SGLang); the same tokenizer as the student.");
+    f.add("opd_teacher_num_engines", &O::teacher_num_engines,
+          "--opd-type engine --opd-teacher-hf-checkpoint: teacher engines to launch, each in a "
+          "bundle (GPU) of its own after the rollout engines'.")
+        .min(1);
     f.add("opsd_beta", &O::opsd_beta,
           "--opd-type self: the generalized JSD's weight of the teacher in the mixture; 0 is "
           "KL(teacher || student), 1 is KL(student || teacher), 0.5 the symmetric JSD.")
@@ -72,6 +78,11 @@ const OptionFields<OpdOptions>& OpdOptions::fields() {
           "--opd-type self: the sample field the teacher sees after the prompt: label (the "
           "--label-key value) or a key of the --metadata-key object, as text.");
     f.add_rule([](const O& o) {
+      if (!o.launches_teacher_engines() && o.teacher_num_engines != 1) {
+        throw ConfigError(
+            "--opd-teacher-num-engines has no effect without --use-opd --opd-type engine "
+            "--opd-teacher-hf-checkpoint");
+      }
       if (o.self_distills() && o.opsd_privileged_info_key.empty()) {
         throw ConfigError(
             "--use-opd --opd-type self needs --opsd-privileged-info-key: the sample field (label, "
@@ -95,14 +106,15 @@ const OptionFields<OpdOptions>& OpdOptions::fields() {
             "--use-opd --opd-type trainer needs --opd-teacher-hf-checkpoint: the "
             "teacher's model");
       }
-      if (o.use_opd && !trainer && o.teacher_url.empty()) {
+      if (o.use_opd && !trainer && o.teacher_url.empty() == o.teacher_hf_checkpoint.empty()) {
         throw ConfigError(
-            "--use-opd --opd-type engine needs --opd-teacher-url: the teacher's "
-            "server (ooze serve --model TEACHER, or SGLang)");
+            "--use-opd --opd-type engine needs exactly one of --opd-teacher-hf-checkpoint (ooze "
+            "train launches the teacher's engines) and --opd-teacher-url (a teacher served "
+            "elsewhere), " +
+            std::string(o.teacher_url.empty() ? "got neither" : "got both"));
       }
-      if ((!o.use_opd || !trainer) && !o.teacher_hf_checkpoint.empty()) {
-        throw ConfigError(
-            "--opd-teacher-hf-checkpoint has no effect without --use-opd --opd-type trainer");
+      if (!o.use_opd && !o.teacher_hf_checkpoint.empty()) {
+        throw ConfigError("--opd-teacher-hf-checkpoint has no effect without --use-opd");
       }
       if ((!o.use_opd || trainer) && !o.teacher_url.empty()) {
         throw ConfigError("--opd-teacher-url has no effect without --use-opd --opd-type engine");

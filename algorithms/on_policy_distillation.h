@@ -11,9 +11,11 @@
 // Where the teacher's log-probs come from (--opd-type):
 //   trainer  a frozen copy of --opd-teacher-hf-checkpoint sharded beside the policy in the
 //            trainer ranks (like the reference model), scoring the batch before the step;
-//   engine   a server of its own answering SGLang's /generate (`ooze serve --model TEACHER`, or
-//            SGLang) scores the batch's tokens as prompts (logprob_start_len, nothing
-//            generated) at --opd-teacher-url: a teacher of any size, on any machine;
+//   engine   engines answering SGLang's /generate score each sample's tokens as a prompt
+//            (logprob_start_len, nothing generated) as the sample finishes generating, into
+//            Sample::teacher_log_probs (rollout/teacher_server.h): --opd-teacher-num-engines
+//            engines `ooze train` launches on --opd-teacher-hf-checkpoint, in bundles of their
+//            own, or a server elsewhere at --opd-teacher-url (`ooze serve`, or SGLang);
 //   self     OPSD, on-policy self-distillation: the frozen initial policy is the teacher, shown
 //            privileged information (--opsd-privileged-info-key: a reference solution, the
 //            answer) after the prompt. It does not shape the advantage: the trainer adds the
@@ -23,6 +25,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,8 +40,9 @@ struct OpdOptions {
   bool use_opd = false;
   OpdType type = OpdType::kTrainer;
   double kl_coef = 1.0;
-  std::string teacher_hf_checkpoint;  // trainer: the teacher's Hugging Face directory
-  std::string teacher_url;            // engine: http://HOST:PORT of the teacher's server
+  std::string teacher_hf_checkpoint;  // trainer, engine: the teacher's Hugging Face directory
+  std::string teacher_url;            // engine: http://HOST:PORT of a teacher served elsewhere
+  int64_t teacher_num_engines = 1;    // engine without a URL: teacher engines ooze train starts
   // self: the JSD's mixing weight (0: KL(teacher || student), 1: KL(student || teacher)), the
   // per-token cap on it (0: none), and the sample field the teacher is shown.
   double opsd_beta = 0.5;
@@ -50,8 +54,14 @@ struct OpdOptions {
   bool shapes_advantages() const { return use_opd && type != OpdType::kSelf; }
   bool self_distills() const { return use_opd && type == OpdType::kSelf; }
 
+  // --opd-type engine with --opd-teacher-hf-checkpoint: the job launches the teacher's engines.
+  bool launches_teacher_engines() const {
+    return use_opd && type == OpdType::kEngine && teacher_url.empty();
+  }
+
   // --use-opd, --opd-type, --opd-kl-coef, --opd-teacher-hf-checkpoint, --opd-teacher-url,
-  // --opsd-beta, --opsd-jsd-clip, --opsd-privileged-info-key ("algorithm" section).
+  // --opd-teacher-num-engines, --opsd-beta, --opsd-jsd-clip, --opsd-privileged-info-key
+  // ("algorithm" section).
   static const OptionFields<OpdOptions>& fields();
 
   template <class A>

@@ -204,6 +204,20 @@ RolloutBatch rollout_batch_from_train_data(const nlohmann::json& train_data,
       sample.response_values["rollout_log_probs"] =
           at::tensor(data.sample(i)->rollout_log_probs, at::kFloat);
     }
+    // A distillation teacher's, given, or the sample's when these are its tokens.
+    const rollout::Sample* rollout_sample = data.sample(i);
+    if (data.has("teacher_log_probs")) {
+      sample.response_values["teacher_log_probs"] = at::tensor(
+          data.numbers<float>("teacher_log_probs", i, response_lengths[i], is_log_prob, "a number"),
+          at::kFloat);
+    } else if (rollout_sample != nullptr && rollout_sample->tokens == tokens[i] &&
+               rollout_sample->response_length == response_lengths[i] &&
+               !rollout_sample->teacher_log_probs.empty() &&
+               static_cast<int64_t>(rollout_sample->teacher_log_probs.size()) ==
+                   response_lengths[i]) {
+      sample.response_values["teacher_log_probs"] =
+          at::tensor(rollout_sample->teacher_log_probs, at::kFloat);
+    }
     batch.samples.push_back(std::move(sample));
     batch.rewards.push_back(data.number("rewards", i));
   }

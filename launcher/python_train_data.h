@@ -12,6 +12,8 @@
 //                                   tokens and response lengths); else the batch has none, which
 //                                   a run that needs them (--use-tis, --get-mismatch-metrics,
 //                                   --use-rollout-logprobs) refuses
+//   "teacher_log_probs"  [[float]]  over each response, optional (--use-opd --opd-type engine):
+//                                   without it, each sample's own when the entry keeps its tokens
 //   "raw_reward", "truncated", "sample_indices"   accepted and not used: ooze's rollout metrics
 //                                   come from the samples
 //

@@ -102,6 +102,13 @@ RlLoop::RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData
     source_ = std::make_unique<rollout::PromptSource>(
         data.prompts, rollout::PromptSourceOptions::fields().read(config));
   }
+  if (algorithm_.opd.use_opd && algorithm_.opd.type == algorithms::OpdType::kEngine) {
+    const std::vector<std::string> urls =
+        algorithm_.opd.launches_teacher_engines()
+            ? job.teacher_urls
+            : std::vector<std::string>{algorithm_.opd.teacher_url};
+    teacher_ = std::make_unique<rollout::TeacherServer>(urls, std::chrono::minutes(30));
+  }
   if (plan.with_engines() && plan.fault_tolerance) {
     supervisor_ = std::make_unique<EngineSupervisor>(config, job);
   }
@@ -114,6 +121,7 @@ RlLoop::RlLoop(const Config& config, const TrainPlan& plan, const ExperimentData
     manager_ =
         std::make_unique<rollout::RolloutManager>(rollout::RolloutOptions::fields().read(config),
                                                   *source_, *job.router, data.tokenizer, *rewards_);
+    manager_->set_teacher(teacher_.get());
   }
 }
 
@@ -319,6 +327,11 @@ rollout::RolloutResult RlLoop::generate(int64_t rollout_id) {
   const std::string pattern = config_.get<std::string>("load_debug_rollout_data");
   result.groups = load_debug_rollout_data(debug_rollout_path(pattern, rollout_id));
   result.metrics = rollout::rollout_metrics(result.groups, config_.get<std::string>("reward_key"));
+  if (teacher_) {  // saved samples a teacher did not score yet
+    const double start = teacher_->busy_seconds();
+    for (std::vector<rollout::Sample>& group : result.groups) teacher_->score(group);
+    result.metrics["perf/teacher_log_probs_time"] = teacher_->busy_seconds() - start;
+  }
   return result;
 }
 
@@ -342,23 +355,22 @@ RolloutBatch RlLoop::batch_of(const std::vector<std::vector<rollout::Sample>>& g
   return batch;
 }
 
-// --opd-type engine: the teacher's server scores every sample's response tokens.
-std::vector<at::Tensor> RlLoop::teacher_server_log_probs(const RolloutBatch& batch) {
-  if (!teacher_server_) {
-    teacher_server_ = std::make_unique<rollout::TeacherServer>(algorithm_.opd.teacher_url,
-                                                               std::chrono::minutes(30));
-  }
-  std::vector<std::vector<int64_t>> tokens;
-  std::vector<int64_t> response_lengths;
-  for (const fsdp::PackingSample& sample : batch.samples) {
-    const at::Tensor ids = sample.tokens.to(at::kLong).contiguous();
-    tokens.emplace_back(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
-    response_lengths.push_back(sample.response_length);
-  }
+// --opd-type engine: what the teacher's engines gave each sample during the rollout.
+std::vector<at::Tensor> RlLoop::teacher_log_probs_of_samples(const RolloutBatch& batch) const {
   std::vector<at::Tensor> log_probs;
-  for (const std::vector<float>& values :
-       teacher_server_->response_log_probs(tokens, response_lengths)) {
-    log_probs.push_back(at::tensor(values, at::kFloat));
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    const fsdp::PackingSample& sample = batch.samples[i];
+    auto found = sample.response_values.find("teacher_log_probs");
+    if (found != sample.response_values.end()) {
+      log_probs.push_back(found->second);
+    } else if (sample.response_length == 0) {
+      log_probs.push_back(at::zeros({0}, at::kFloat));  // nothing to score
+    } else {
+      throw Error("--use-opd --opd-type engine: sample " + std::to_string(i) +
+                  " of the rollout's batch has no teacher_log_probs. The teacher scores every "
+                  "kept sample during the rollout; a --custom-convert-samples-to-train-data-path "
+                  "function must keep the samples' tokens (or pass \"teacher_log_probs\")");
+    }
   }
   return log_probs;
 }
@@ -395,11 +407,11 @@ void RlLoop::score(RolloutBatch& batch, MetricLine& line) {
       batch.set("teacher_log_probs",
                 trainer::log_probs(job_.trainers, everything, trainer_.step.packing,
                                    trainer_.step.temperature, trainer::Scorer::kTeacher));
+      line["perf/teacher_log_probs_time"] = seconds_since(start);
     } else {
-      start = Clock::now();
-      batch.set("teacher_log_probs", teacher_server_log_probs(batch));
+      // Scored during the rollout; perf/teacher_log_probs_time came with its metrics.
+      batch.set("teacher_log_probs", teacher_log_probs_of_samples(batch));
     }
-    line["perf/teacher_log_probs_time"] = seconds_since(start);
     std::vector<at::Tensor> masks;
     for (const fsdp::PackingSample& sample : batch.samples) masks.push_back(sample.response_mask);
     line["train/opd_kl"] =

@@ -2,7 +2,9 @@
 // in generate_rollout() and learn():
 //   1. generate   the rollout manager over the engines (or the sft rollout, or saved samples);
 //   2. score      old log-probs recomputed by the trainer (the engines' with
-//                 --use-rollout-logprobs), reference log-probs when a KL needs them;
+//                 --use-rollout-logprobs), reference log-probs when a KL needs them, the
+//                 teacher's with --use-opd --opd-type trainer (--opd-type engine: the samples
+//                 carry them, scored by the teacher's engines during the rollout);
 //   3. advantages over the whole rollout (launcher/rollout_batch.h), of the user's train data
 //                 when a Python hook makes it or changes it (launcher/train_data_hooks.h);
 //   4. train      --global-batch-size samples per optimizer step, dealt over the trainer ranks;
@@ -72,7 +74,7 @@ class RlLoop {
   rollout::RolloutResult generate(int64_t rollout_id);
   RolloutBatch batch_of(const std::vector<std::vector<rollout::Sample>>& groups) const;
   void score(RolloutBatch& batch, MetricLine& line);
-  std::vector<at::Tensor> teacher_server_log_probs(const RolloutBatch& batch);
+  std::vector<at::Tensor> teacher_log_probs_of_samples(const RolloutBatch& batch) const;
   void train(int64_t rollout_id, const RolloutBatch& batch, MetricLine& line);
   void sync(int64_t version, MetricLine& line);
   MetricLine evaluate(int64_t rollout_id);
@@ -94,8 +96,10 @@ class RlLoop {
   std::ostream& out_;
   RunLog log_;
   std::unique_ptr<rollout::PromptSource> source_;
+  // --opd-type engine: the teacher's engines (launched, or --opd-teacher-url), scoring the
+  // samples during the rollout; before the manager, which holds it.
+  std::unique_ptr<rollout::TeacherServer> teacher_;
   std::unique_ptr<rollout::RolloutManager> manager_;
-  std::unique_ptr<rollout::TeacherServer> teacher_server_;  // --opd-type engine
   int64_t optimizer_steps_ = 0;
   AsyncRollouts* async_ = nullptr;  // while --async rollouts run
   // --use-fault-tolerance: dead or hung engines restarted, re-synced and routed again.

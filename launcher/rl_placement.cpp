@@ -85,7 +85,11 @@ std::string what_the_job_asks(const TrainPlan& plan, const std::string& resource
          " = 1 (trainer: --actor-num-nodes * --actor-num-gpus-per-node = " +
          std::to_string(plan.world_size) +
          "; engines: --rollout-num-gpus = " + std::to_string(plan.num_engines) +
-         (plan.colocate ? ", colocated" : ", disaggregated") + ")";
+         (plan.colocate ? ", colocated" : ", disaggregated") +
+         (plan.num_teacher_engines > 0 ? "; teacher engines: --opd-teacher-num-engines = " +
+                                             std::to_string(plan.num_teacher_engines)
+                                       : "") +
+         ")";
 }
 
 // The critic's bundles.
@@ -129,6 +133,10 @@ std::string bundle_roles(const TrainPlan& plan, int b) {
   const int engine = b - plan.first_engine_bundle();
   if (plan.with_engines() && engine >= 0 && engine < plan.num_engines) {
     add("engine " + std::to_string(engine));
+  }
+  const int teacher = b - plan.first_teacher_bundle();
+  if (teacher >= 0 && teacher < plan.num_teacher_engines) {
+    add("teacher engine " + std::to_string(teacher));
   }
   return roles;
 }
@@ -219,6 +227,21 @@ actors::ActorHandle<serving::RolloutEngine> spawn_engine(const Config& config,
   return actors::spawn<serving::RolloutEngine>(options, engine);
 }
 
+// Teacher engine t: the engine's flags on the teacher's model, a bundle of its own.
+actors::ActorHandle<serving::RolloutEngine> spawn_teacher_engine(const Config& config,
+                                                                 const TrainPlan& plan,
+                                                                 const RlProcesses& job, int t) {
+  engine::EngineOptions engine = engine::EngineOptions::launched_engine_fields().read(
+      config, engine::launched_engine_defaults());
+  engine.model_dir = algorithms::OpdOptions::fields().read(config).teacher_hf_checkpoint;
+  actors::ActorOptions options =
+      serving::rollout_engine_actor_options({{job.on_gpus ? "GPU" : "CPU", 1.0}});
+  options.label = "TeacherEngine";
+  options.placement_group_id = job.placement->id();
+  options.bundle_index = job.placement->bundles().at(plan.first_teacher_bundle() + t).index;
+  return actors::spawn<serving::RolloutEngine>(options, engine);
+}
+
 std::string serve_engine(const actors::ActorHandle<serving::RolloutEngine>& engine) {
   // The first call waits for the engine to load its model.
   return engine.call(&serving::RolloutEngine::start_server, std::string(), 0, std::string())
@@ -258,17 +281,32 @@ RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan,
     job.critics = trainer::TrainerGroup::spawn(plan.critic_world_size, group);
     actors::get_all(job.critics.call_all(&trainer::TrainActor::init, critic));
   }
-  if (plan.with_engines()) {
-    // Every engine loads its model at once; then their servers start.
-    for (int e = 0; e < plan.num_engines; ++e) {
+  if (plan.with_engines() || plan.num_teacher_engines > 0) {
+    // Every engine, the teacher's too, loads its model at once; then their servers start.
+    for (int e = 0; plan.with_engines() && e < plan.num_engines; ++e) {
       job.engines.push_back(spawn_engine(config, plan, job, e));
     }
+    for (int t = 0; t < plan.num_teacher_engines; ++t) {
+      job.teacher_engines.push_back(spawn_teacher_engine(config, plan, job, t));
+    }
+  }
+  if (plan.with_engines()) {
     serving::RouterOptions router;
     for (const auto& engine : job.engines) router.engine_urls.push_back(serve_engine(engine));
     std::string urls;
     for (const std::string& url : router.engine_urls) urls += " " + url;
     OOZE_LOG(INFO) << "engines serving at" << urls;
     job.router = std::make_shared<serving::Router>(router);
+  }
+  if (plan.num_teacher_engines > 0) {
+    std::string urls;
+    for (const auto& engine : job.teacher_engines) {
+      job.teacher_urls.push_back(serve_engine(engine));
+      urls += " " + job.teacher_urls.back();
+    }
+    OOZE_LOG(INFO) << "teacher engines ("
+                   << algorithms::OpdOptions::fields().read(config).teacher_hf_checkpoint
+                   << ") serving at" << urls;
   }
   if (plan.with_trainers && plan.with_engines()) {
     trainer::RolloutEngineConnection connection;

@@ -6,6 +6,9 @@
 //   - Colocated, engine e shares bundle e with rank e: each takes half of it, and weights reach
 //     the engine through shared memory (CUDA IPC on a GPU).
 //   - Disaggregated, engine e takes bundle world_size + e of its own; weights go by broadcast.
+//   - On-policy distillation's teacher engines (--opd-type engine --opd-teacher-hf-checkpoint)
+//     take the last --opd-teacher-num-engines bundles, one each, colocated or not; they load
+//     the teacher and never receive weights.
 // Without --address (or $OOZE_ADDRESS) the actor runtime is embedded in this process and this
 // machine is the cluster; with it, the job joins a cluster started with `ooze start`, with the
 // token found as `ooze start` finds it (find_cluster_token). The engines' HTTP servers listen at
@@ -39,13 +42,16 @@ struct RlProcesses {
   trainer::TrainerGroup critics;
   std::vector<actors::ActorHandle<serving::RolloutEngine>> engines;  // empty without engines
   std::shared_ptr<serving::Router> router;  // over the engines' HTTP servers
+  // The distillation teacher's engines, and their HTTP servers' URLs (empty without them).
+  std::vector<actors::ActorHandle<serving::RolloutEngine>> teacher_engines;
+  std::vector<std::string> teacher_urls;
 };
 
 // Starts the actor runtime, reserves the bundles (ConfigError naming the placement flags, before
 // any worker starts, when the cluster's nodes cannot hold them, or after a minute when other jobs
 // keep them busy), then starts the trainer ranks (init'ed with `init`), the critic's ranks with
 // ppo (critic_init), the engines with their HTTP servers, the router, and connects the trainers
-// to the engines.
+// to the engines; then the distillation teacher's engines with their HTTP servers.
 RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan,
                                const trainer::TrainInit& init);
 

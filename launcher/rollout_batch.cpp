@@ -35,6 +35,10 @@ fsdp::PackingSample packing_sample(const rollout::Sample& sample) {
   out.response_length = response;
   out.response_mask = at::tensor(sample.loss_mask, at::kInt).to(at::kFloat);
   out.response_values["rollout_log_probs"] = at::tensor(sample.rollout_log_probs, at::kFloat);
+  if (!sample.teacher_log_probs.empty()) {  // scored by a distillation teacher in the rollout
+    check_length(sample.teacher_log_probs.size(), "teacher_log_probs");
+    out.response_values["teacher_log_probs"] = at::tensor(sample.teacher_log_probs, at::kFloat);
+  }
   return out;
 }
 

@@ -9,8 +9,9 @@
 //   for (const TrainBatch& step : batch.global_batches(global_batch_size)) ...
 //
 // Every sample becomes a fsdp::PackingSample: its tokens, its response length, its loss mask as
-// the response mask, and per-token values by name ("rollout_log_probs" from the start; the
-// others as they are set), each [R] float32 over the response tokens. The driver holds the whole
+// the response mask, and per-token values by name ("rollout_log_probs" from the start, and
+// "teacher_log_probs" when a distillation teacher scored the samples in the rollout; the others
+// as they are set), each [R] float32 over the response tokens. The driver holds the whole
 // rollout, so advantages are computed, and whitened, over all of it at once.
 //
 // A generate function may split one conversation into several samples sharing a rollout_id

@@ -22,6 +22,7 @@ void require_python(const std::string& flag, const std::string& path) {
 // Slime's keys for the per-token values ooze keeps under its own names.
 const std::vector<std::pair<std::string, std::string>> kTokenValueKeys = {
     {"rollout_log_probs", "rollout_log_probs"},
+    {"teacher_log_probs", "teacher_log_probs"},
     {"log_probs", "old_log_probs"},
     {"ref_log_probs", "ref_log_probs"},
     {"values", "values"},

@@ -155,6 +155,19 @@ ConfigSchema build_train_schema() {
   return schema;
 }
 
+// The teacher scores the student's token ids: the two must share a vocabulary.
+void check_teacher_vocabulary(const std::string& teacher, const std::string& student) {
+  const int64_t teacher_vocab = models::load_model_config(teacher).vocab_size;
+  const int64_t student_vocab = models::load_model_config(student).vocab_size;
+  if (teacher_vocab != student_vocab) {
+    throw ConfigError("--opd-teacher-hf-checkpoint " + teacher + " has a vocabulary of " +
+                      std::to_string(teacher_vocab) + " tokens (config.json vocab_size), the " +
+                      "student (--hf-checkpoint " + student + ") " + std::to_string(student_vocab) +
+                      ": on-policy distillation scores the student's token ids, so the two must "
+                      "share a tokenizer");
+  }
+}
+
 }  // namespace
 
 int TrainPlan::first_engine_bundle() const { return with_trainers && !colocate ? world_size : 0; }
@@ -162,7 +175,8 @@ int TrainPlan::first_engine_bundle() const { return with_trainers && !colocate ?
 int TrainPlan::gpus_needed() const {
   const int trainer = with_trainers ? world_size : 0;
   const int engines = with_engines() ? num_engines : 0;
-  return colocate && with_trainers ? std::max(trainer, engines) : trainer + engines;
+  return (colocate && with_trainers ? std::max(trainer, engines) : trainer + engines) +
+         num_teacher_engines;
 }
 
 TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
@@ -262,8 +276,13 @@ TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
           "--use-opd distills into a policy trained on its own rollouts: it needs trainers and "
           "generated samples");
     }
-    if (algorithm.opd.type == algorithms::OpdType::kTrainer) {
-      check_model_directory(algorithm.opd.teacher_hf_checkpoint, "--opd-teacher-hf-checkpoint");
+    const std::string& teacher = algorithm.opd.teacher_hf_checkpoint;
+    if (!teacher.empty()) {
+      check_model_directory(teacher, "--opd-teacher-hf-checkpoint");
+      check_teacher_vocabulary(teacher, config.get<std::string>("hf_checkpoint"));
+    }
+    if (algorithm.opd.launches_teacher_engines()) {
+      plan.num_teacher_engines = static_cast<int>(algorithm.opd.teacher_num_engines);
     }
   }
   plan.self_distills = algorithm.opd.self_distills();

@@ -32,10 +32,17 @@ struct TrainPlan {
   // The critic of --advantage-estimator ppo: ranks on GPUs of their own.
   bool with_critic = false;
   int critic_world_size = 0;
-  // The GPUs of the trainer and the engines: colocated, the trainer's; else trainer's + engines'.
+  // On-policy distillation with --opd-type engine --opd-teacher-hf-checkpoint: the teacher's
+  // engines, each in a bundle of its own after the trainer's and the rollout engines' (also
+  // with --colocate).
+  int num_teacher_engines = 0;
+  // The GPUs of the trainer and the engines: colocated, the trainer's; else trainer's + engines';
+  // then the teacher engines'.
   int gpus_needed() const;
   // Where the engines' bundles start in the placement group of gpus_needed() bundles.
   int first_engine_bundle() const;
+  // Where the teacher engines' bundles start: after everything else.
+  int first_teacher_bundle() const { return gpus_needed() - num_teacher_engines; }
 
   // The run.
   int64_t num_rollout = 0;

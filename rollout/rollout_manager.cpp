@@ -31,7 +31,8 @@ struct RolloutManager::Round {
   std::vector<Fate> fates;
   int64_t target = -1;  // stop once this many groups are kept; -1: run them all
   const GroupFilter* filter = nullptr;
-  bool score = true;  // score each group as it finishes
+  bool score = true;                       // score each group as it finishes
+  const TeacherServer* teacher = nullptr;  // scores each kept group's samples
 
   std::mutex mutex;
   std::condition_variable changed;
@@ -134,7 +135,7 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
       if (round.score) rewards_.score_group(group);
       if (round.filter) decision = round.filter->decide(group);
     }
-    bool reached = false;
+    bool reached = false, kept = false;
     {
       std::lock_guard<std::mutex> lock(round.mutex);
       if (round.stop) {
@@ -147,11 +148,14 @@ void RolloutManager::run(Round& round, SampleGenerator& generator) {
       } else {
         round.fates[g] = Round::Fate::kKept;
         ++round.kept;
+        kept = true;
         reached = round.target >= 0 && round.kept == round.target;
         if (reached) round.stop = true;
       }
     }
     if (reached) abort_engines();  // what still runs is not needed any more
+    // Only what trains needs the teacher; the other groups generate meanwhile.
+    if (kept && round.teacher) round.teacher->score(group);
   };
 
   auto work = [&] {
@@ -468,6 +472,10 @@ RolloutResult RolloutManager::generate_with_function(int64_t rollout_id) {
   // What the function left unscored gets the run's reward.
   for (std::vector<Sample>& group : rollout.groups) rewards_.score_group(group);
   if (rewards_.scores_whole_rollout()) rewards_.score_rollout(rollout.groups);
+  const double teacher_start = teacher_ ? teacher_->busy_seconds() : 0.0;
+  if (teacher_) {
+    for (std::vector<Sample>& group : rollout.groups) teacher_->score(group);
+  }
   RolloutResult result;
   result.rollout_id = rollout_id;
   result.groups = std::move(rollout.groups);
@@ -477,6 +485,9 @@ RolloutResult RolloutManager::generate_with_function(int64_t rollout_id) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.metrics["perf/rollout_time"] = seconds;
   result.metrics["perf/rollout_tokens_per_sec"] = generator.stats().generated_tokens / seconds;
+  if (teacher_) {
+    result.metrics["perf/teacher_log_probs_time"] = teacher_->busy_seconds() - teacher_start;
+  }
   watch_rewards(result, generator.stats());
   return result;
 }
@@ -505,6 +516,8 @@ RolloutResult RolloutManager::generate(int64_t rollout_id) {
   // Stop early only when more groups run than the batch needs (over-sampling, or a filter that
   // may drop some); otherwise every group is kept and all must finish.
   round.target = (first_round > batch || round.filter) ? batch : -1;
+  round.teacher = teacher_;
+  const double teacher_start = teacher_ ? teacher_->busy_seconds() : 0.0;
   SampleGenerator generator(router_, tokenizer_, options_.sampling, &round.stop);
 
   std::vector<std::vector<Sample>> continued =
@@ -584,6 +597,9 @@ RolloutResult RolloutManager::generate(int64_t rollout_id) {
   result.metrics["perf/rollout_time"] = seconds;
   result.metrics["perf/rollout_tokens_per_sec"] = stats.generated_tokens / seconds;
   result.metrics["perf/prefix_cache_hit_rate"] = stats.cache_hit_rate();
+  if (teacher_) {
+    result.metrics["perf/teacher_log_probs_time"] = teacher_->busy_seconds() - teacher_start;
+  }
   if (static_cast<int64_t>(result.groups.size()) != batch) {
     throw Error("rollout " + std::to_string(rollout_id) + " kept " +
                 std::to_string(result.groups.size()) + " groups instead of " +

@@ -16,6 +16,8 @@
 //      sample with --custom-generate-function-path, is a request (or a plugin call) of its own.
 //   3. A group whose last sample finished is scored (rollout/reward_model.h) and, with
 //      --dynamic-sampling-filter-path, kept or dropped. Dropped groups never reach the trainer.
+//      With a distillation teacher (set_teacher), a kept group's samples are then scored by the
+//      teacher (Sample::teacher_log_probs) while the other groups generate.
 //   4. Once --rollout-batch-size groups are kept, the requests still running are aborted. With
 //      --partial-rollout their groups (tokens, log-probs and weight versions so far) go to the
 //      buffer and continue in the next rollout; otherwise they are discarded. When every group
@@ -53,6 +55,7 @@
 #include "rollout/rollout_options.h"
 #include "rollout/sample.h"
 #include "rollout/sample_generation.h"
+#include "rollout/teacher_server.h"
 #include "rollout/uniform_reward_watch.h"
 #include "serving/router.h"
 #include "serving/session_server.h"
@@ -116,6 +119,13 @@ class RolloutManager {
 
   const RolloutOptions& options() const { return options_; }
 
+  // On-policy distillation with --opd-type engine: from now on every sample generate() keeps
+  // gets its teacher_log_probs from `teacher` (a rollout function's samples once the function
+  // returns), and the rollout's metrics report perf/teacher_log_probs_time (TeacherServer::
+  // busy_seconds over the rollout). Evaluations are not scored. `teacher` must outlive the
+  // manager.
+  void set_teacher(const TeacherServer* teacher) { teacher_ = teacher; }
+
   // From another thread: the generate() or evaluate() running now, and every later one, aborts
   // its requests and throws RolloutCancelled. For a job that fails while another thread
   // generates (ooze train --async): the error need not wait for that rollout to end.
@@ -154,6 +164,7 @@ class RolloutManager {
   // Warns when the rewards of several rollouts in a row are all the same.
   UniformRewardWatch reward_watch_;
   std::vector<std::vector<Sample>> buffer_;
+  const TeacherServer* teacher_ = nullptr;
   std::atomic<bool> cancelled_{false};
   std::mutex sessions_mutex_;
   std::unique_ptr<models::ChatTemplate> session_template_;

@@ -2,9 +2,11 @@
 // trainer see it: the fields of Slime's Sample, under the same names.
 //
 // Token layout (Slime's): `tokens` is the prompt followed by the response, and every per-token
-// vector (loss_mask, rollout_log_probs, weight_versions) covers the response part only, so
+// vector (loss_mask, rollout_log_probs, weight_versions, teacher_log_probs) covers the response
+// part only, so
 //   tokens.size() == prompt_length() + response_length
 //   loss_mask.size() == rollout_log_probs.size() == weight_versions.size() == response_length
+//   teacher_log_probs.size() == response_length, or 0 when no teacher scored the sample
 // Response tokens the policy did not sample (tool output appended by a multi-turn generate
 // function) have loss mask 0, log-prob 0 and weight version -1.
 //
@@ -46,6 +48,9 @@ struct Sample {
   std::vector<int32_t> loss_mask;        // 1: the policy sampled the token; 0: it did not
   std::vector<float> rollout_log_probs;  // the engine's log-prob of each response token
   std::vector<int64_t> weight_versions;  // the weight version that sampled each response token
+  // On-policy distillation with --opd-type engine: the teacher's log-prob of each response token,
+  // fetched as the sample finished generating; empty otherwise.
+  std::vector<float> teacher_log_probs;
 
   Status status = Status::kPending;
   std::string abort_reason;  // why, when status is kAborted

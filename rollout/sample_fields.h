@@ -32,6 +32,7 @@ void visit_sample_fields(const Sample& sample, Visit&& visit) {
   visit("abort_reason", sample.abort_reason);
   visit("metrics", sample.metrics);
   visit("rollout_id", sample.rollout_id);
+  visit("teacher_log_probs", sample.teacher_log_probs);
 }
 
 }  // namespace ooze::rollout

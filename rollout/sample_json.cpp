@@ -65,6 +65,8 @@ Sample sample_from_json(const nlohmann::json& json) {
     }
     sample.rollout_id = *it;
   }
+  // Absent without a distillation teacher, and in samples saved before ooze kept it.
+  if (json.contains("teacher_log_probs")) read(json, "teacher_log_probs", sample.teacher_log_probs);
   const auto response = static_cast<size_t>(sample.response_length);
   if (sample.response_length < 0 || response > sample.tokens.size() ||
       sample.loss_mask.size() != response || sample.rollout_log_probs.size() != response ||
@@ -73,6 +75,12 @@ Sample sample_from_json(const nlohmann::json& json) {
                       ": loss_mask, rollout_log_probs and weight_versions must each have "
                       "response_length (" +
                       std::to_string(sample.response_length) + ") entries, within the tokens");
+  }
+  if (!sample.teacher_log_probs.empty() && sample.teacher_log_probs.size() != response) {
+    throw FormatError("sample " + std::to_string(sample.index) + ": teacher_log_probs has " +
+                      std::to_string(sample.teacher_log_probs.size()) +
+                      " entries; it must be empty or have response_length (" +
+                      std::to_string(sample.response_length) + ")");
   }
   return sample;
 }

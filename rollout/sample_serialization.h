@@ -24,7 +24,7 @@ void save(Archive& ar, const Sample& sample) {
      sample.response_length, sample.label, sample.metadata.dump(), sample.tools.dump(),
      sample.reward.dump(), sample.loss_mask, sample.rollout_log_probs, sample.weight_versions,
      static_cast<int32_t>(sample.status), sample.abort_reason, sample.metrics.dump(),
-     sample.rollout_id.dump());
+     sample.rollout_id.dump(), sample.teacher_log_probs);
 }
 
 template <class Archive>
@@ -34,7 +34,7 @@ void load(Archive& ar, Sample& sample) {
   ar(sample.group_index, sample.index, sample.prompt, sample.tokens, sample.response,
      sample.response_length, sample.label, metadata, tools, reward, sample.loss_mask,
      sample.rollout_log_probs, sample.weight_versions, status, sample.abort_reason, metrics,
-     rollout_id);
+     rollout_id, sample.teacher_log_probs);
   if (status < static_cast<int32_t>(Sample::Status::kPending) ||
       status > static_cast<int32_t>(Sample::Status::kAborted)) {
     throw FormatError("a serialized Sample has status code " + std::to_string(status) +

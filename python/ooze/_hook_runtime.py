@@ -605,7 +605,7 @@ def log_eval_rollout(hook: Hook, request: dict) -> bool:
 # The keys of Slime's train data that ooze reads (launcher/python_train_data.h); others are left
 # in Python, so a converter may return keys ooze has no use for (and values JSON cannot carry).
 _TRAIN_DATA_KEYS = ("tokens", "response_lengths", "rewards", "loss_masks", "rollout_log_probs",
-                    "raw_reward", "truncated", "sample_indices")
+                    "teacher_log_probs", "raw_reward", "truncated", "sample_indices")
 
 
 def _as_list(value):

@@ -6,7 +6,9 @@ here is plain Python, so ``sample.tokens.append(t)`` or ``sample.metadata["k"] =
 they would in Slime.
 
 Token layout: ``tokens`` is the prompt followed by the response; ``loss_mask``,
-``rollout_log_probs`` and ``weight_versions`` cover the response only.
+``rollout_log_probs``, ``weight_versions`` and ``teacher_log_probs`` cover the response only.
+``teacher_log_probs`` is None unless a distillation teacher scored the sample
+(``--use-opd --opd-type engine``).
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ _FIELD_NAMES = frozenset(field.name for field in dataclasses.fields(Sample))
 _OOZE_FIELDS = (
     "group_index", "index", "prompt", "tokens", "response", "response_length", "label",
     "metadata", "tools", "reward", "loss_mask", "rollout_log_probs", "weight_versions",
-    "status", "abort_reason", "metrics", "rollout_id",
+    "status", "abort_reason", "metrics", "rollout_id", "teacher_log_probs",
 )
 
 
@@ -104,6 +106,8 @@ def from_ooze(record: dict) -> Sample:
     values.update(_SLIME_DEFAULTS)
     values.update(record)
     sample.status = _STATUS[record["status"]]
+    if not values.get("teacher_log_probs"):
+        values["teacher_log_probs"] = None  # Slime's: no teacher scored it
     return sample
 
 
@@ -114,7 +118,7 @@ def to_ooze_dict(sample: Sample) -> dict:
         data["label"] = ""
     status = sample.status
     data["status"] = status.value if isinstance(status, Sample.Status) else status
-    for name in ("loss_mask", "rollout_log_probs"):
+    for name in ("loss_mask", "rollout_log_probs", "teacher_log_probs"):
         if data[name] is None:
             data[name] = []
     return data
@@ -126,3 +130,5 @@ def update_from_ooze_dict(sample: Sample, data: dict) -> None:
         if name in data:
             setattr(sample, name, data[name])
     sample.status = Sample.Status(sample.status)
+    if not sample.teacher_log_probs:
+        sample.teacher_log_probs = None

@@ -91,19 +91,39 @@ TEST(OnPolicyDistillationTest, FlagsNeedATeacherAndNameIt) {
   EXPECT_EQ(options({"--use-opd", "--opd-teacher-hf-checkpoint", "/t"}).type, OpdType::kTrainer);
   EXPECT_CONTAINS(error_message_of<ConfigError>([&] { options({"--use-opd"}); }),
                   "--use-opd --opd-type trainer needs --opd-teacher-hf-checkpoint");
+  // The engine type takes its teacher from exactly one place.
+  const OpdOptions launched =
+      options({"--use-opd", "--opd-type", "engine", "--opd-teacher-hf-checkpoint", "/t",
+               "--opd-teacher-num-engines", "2"});
+  EXPECT_TRUE(launched.launches_teacher_engines());
+  EXPECT_EQ(launched.teacher_num_engines, 2);
+  EXPECT_FALSE(opd.launches_teacher_engines());
   EXPECT_CONTAINS(error_message_of<ConfigError>([&] {
                     options({"--use-opd", "--opd-type", "engine"});
                   }),
-                  "--use-opd --opd-type engine needs --opd-teacher-url");
+                  "--use-opd --opd-type engine needs exactly one of --opd-teacher-hf-checkpoint "
+                  "(ooze train launches the teacher's engines) and --opd-teacher-url (a teacher "
+                  "served elsewhere), got neither");
+  EXPECT_CONTAINS(error_message_of<ConfigError>([&] {
+                    options({"--use-opd", "--opd-type", "engine", "--opd-teacher-hf-checkpoint",
+                             "/t", "--opd-teacher-url", "http://h:1"});
+                  }),
+                  "got both");
   EXPECT_CONTAINS(error_message_of<ConfigError>([&] {
                     options({"--opd-teacher-hf-checkpoint", "/t"});
                   }),
-                  "has no effect without --use-opd --opd-type trainer");
+                  "--opd-teacher-hf-checkpoint has no effect without --use-opd");
   EXPECT_CONTAINS(error_message_of<ConfigError>([&] {
                     options({"--use-opd", "--opd-teacher-hf-checkpoint", "/t", "--opd-teacher-url",
                              "http://h:1"});
                   }),
                   "--opd-teacher-url has no effect without --use-opd --opd-type engine");
+  EXPECT_CONTAINS(error_message_of<ConfigError>([&] {
+                    options({"--use-opd", "--opd-type", "engine", "--opd-teacher-url", "http://h:1",
+                             "--opd-teacher-num-engines", "2"});
+                  }),
+                  "--opd-teacher-num-engines has no effect without --use-opd --opd-type engine "
+                  "--opd-teacher-hf-checkpoint");
 }
 
 }  // namespace on_policy_distillation_test

@@ -72,6 +72,17 @@ TEST(PythonRewardTest, RewardsComeBackInTheSamplesOrder) {
   }
 }
 
+// sample.teacher_log_probs: the teacher's values when a distillation teacher scored the sample,
+// None (Slime's default) when none did.
+TEST(PythonRewardTest, HooksSeeTheTeachersLogProbs) {
+  RewardModel rewards = python_reward("teacher_total");
+  std::vector<Sample> group = group_of(2);
+  group[0].teacher_log_probs = {-0.5f, -0.25f};
+  rewards.score_group(group);
+  EXPECT_EQ(group[0].reward, -0.75);
+  EXPECT_EQ(group[1].reward, -1.0);
+}
+
 TEST(PythonRewardTest, AGroupRewardGetsTheGroupInOneCall) {
   RewardModel rewards = python_reward("rank_by_length", /*group_rm=*/true);
   std::vector<Sample> group = group_of(4);

@@ -28,6 +28,7 @@ Sample full_sample() {
   sample.loss_mask = {1, 0, 1};
   sample.rollout_log_probs = {-0.25f, 0.0f, -1.5f};
   sample.weight_versions = {3, -1, 4};
+  sample.teacher_log_probs = {-0.5f, -3.0f, -0.125f};
   sample.status = Sample::Status::kTruncated;
   sample.abort_reason = "";
   sample.metrics = {{"turns", 2}};
@@ -48,6 +49,7 @@ void expect_same(const Sample& a, const Sample& b) {
   EXPECT_EQ(a.loss_mask, b.loss_mask);
   EXPECT_EQ(a.rollout_log_probs, b.rollout_log_probs);
   EXPECT_EQ(a.weight_versions, b.weight_versions);
+  EXPECT_EQ(a.teacher_log_probs, b.teacher_log_probs);
   EXPECT_EQ(a.status, b.status);
   EXPECT_EQ(a.abort_reason, b.abort_reason);
   EXPECT_EQ(a.metrics, b.metrics);
@@ -96,6 +98,13 @@ TEST(SampleSerializationTest, JsonRoundTripKeepsEveryFieldAndNamesBadFields) {
   bad["weight_versions"] = {1, 2};  // one short of the response
   EXPECT_CONTAINS(ooze::testing::error_message_of<FormatError>([&] { sample_from_json(bad); }),
                   "response_length (3)");
+  // Samples no teacher scored (and samples saved before ooze kept the field) have none.
+  bad = sample_to_json(sample);
+  bad.erase("teacher_log_probs");
+  EXPECT_TRUE(sample_from_json(bad).teacher_log_probs.empty());
+  bad["teacher_log_probs"] = {-1.0};
+  EXPECT_CONTAINS(ooze::testing::error_message_of<FormatError>([&] { sample_from_json(bad); }),
+                  "teacher_log_probs has 1 entries; it must be empty or have response_length (3)");
 }
 
 }  // namespace sample_serialization_test

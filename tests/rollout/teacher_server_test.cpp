@@ -1,6 +1,7 @@
 // The distillation teacher's client (--opd-type engine) against a real `ooze serve` engine
 // server: the response tokens' log-probs it returns equal an independent computation (the
-// model's packed forward and an fp64 log-softmax), and a server that cannot score says so.
+// model's packed forward and an fp64 log-softmax), for sequences and for a group of samples, and
+// a server that cannot score says so.
 #include "rollout/teacher_server.h"
 
 #include <ATen/ATen.h>
@@ -52,7 +53,7 @@ TEST(TeacherServerTest, ResponseLogProbsEqualTheTeachersOwnForward) {
       {49, 43, 50, 61, 51},
       {84, 104, 101, 32, 99, 97, 116, 32, 115, 97, 116, 32, 111, 110, 32, 109, 97, 116}};
   const std::vector<int64_t> responses = {4, 1, 11};
-  TeacherServer teacher(server.url(), std::chrono::seconds(60));
+  TeacherServer teacher({server.url()}, std::chrono::seconds(60));
   const std::vector<std::vector<float>> scored = teacher.response_log_probs(tokens, responses);
   ASSERT_EQ(scored.size(), tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -68,8 +69,53 @@ TEST(TeacherServerTest, ResponseLogProbsEqualTheTeachersOwnForward) {
                     teacher.response_log_probs({{1, 2, 3}}, {3});
                   }),
                   "sequence 0 has 3 tokens and a response of 3");
-  TeacherServer nobody("http://127.0.0.1:1", std::chrono::seconds(5));
+  TeacherServer nobody({"http://127.0.0.1:1"}, std::chrono::seconds(5));
   EXPECT_THROW(nobody.response_log_probs(tokens, responses), Error);
+}
+
+// A group's samples as the rollout manager hands them over: each generated response scored into
+// teacher_log_probs (the same values as above), a sample scored already or without a response
+// left alone, and a teacher that cannot be reached named with the samples it was to score.
+TEST(TeacherServerTest, ScoresEverySampleOfAGroupThatHasAResponse) {
+  engine::EngineOptions options;
+  options.model_dir = testing::tiny_model_dir();
+  options.kv_cache_blocks = 128;
+  options.block_size = 16;
+  options.intra_op_threads = 1;
+  engine::Engine engine(options);
+  serving::EngineServer first(engine, serving::ServerOptions{});
+  serving::EngineServer second(engine, serving::ServerOptions{});
+
+  std::vector<Sample> group(4);
+  for (size_t i = 0; i < group.size(); ++i) {
+    group[i].group_index = 3;
+    group[i].index = 12 + static_cast<int64_t>(i);
+    group[i].tokens = {49, 43, 50, 61, 51 + static_cast<int64_t>(i), 258};
+    group[i].response_length = 2;
+  }
+  group[2].teacher_log_probs = {-1.0f, -2.0f};  // a generate function's own
+  group[3].tokens.resize(4);
+  group[3].response_length = 0;  // nothing to score
+  TeacherServer teacher({first.url(), second.url()}, std::chrono::seconds(60));
+  EXPECT_EQ(teacher.busy_seconds(), 0.0);
+  teacher.score(group);
+  for (size_t i : {0, 1}) {
+    const std::vector<double> expected = reference(group[i].tokens, 2);
+    ASSERT_EQ(group[i].teacher_log_probs.size(), 2u) << "sample " << i;
+    for (size_t t = 0; t < 2; ++t) {
+      EXPECT_NEAR(group[i].teacher_log_probs[t], expected[t], 1e-5) << "sample " << i;
+    }
+  }
+  EXPECT_EQ(group[2].teacher_log_probs, (std::vector<float>{-1.0f, -2.0f}));
+  EXPECT_TRUE(group[3].teacher_log_probs.empty());
+  EXPECT_GT(teacher.busy_seconds(), 0.0);
+
+  group[0].teacher_log_probs.clear();
+  TeacherServer nobody({"http://127.0.0.1:1"}, std::chrono::seconds(5));
+  const std::string message = testing::error_message_of<Error>([&] { nobody.score(group); });
+  EXPECT_CONTAINS(message, "the distillation teacher at http://127.0.0.1:1 could not score");
+  EXPECT_CONTAINS(message, "sample 12 (group 3)");
+  EXPECT_TRUE(group[0].teacher_log_probs.empty());
 }
 
 }  // namespace teacher_server_test

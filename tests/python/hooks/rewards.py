@@ -119,3 +119,10 @@ def sleeps_a_minute(args, sample):
 async def hangs_async(args, sample):
     await asyncio.sleep(3600)
     return 1.0
+
+
+def teacher_total(args, sample):
+    """The sum of the teacher's log-probs; -1 when no teacher scored the sample (None, as Slime)."""
+    if sample.teacher_log_probs is None:
+        return -1.0
+    return float(sum(sample.teacher_log_probs))
