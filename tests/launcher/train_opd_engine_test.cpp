@@ -4,9 +4,7 @@
 // generating (with --async: on the generation thread), and the teacher_log_probs the samples
 // carry to --save-debug-rollout-data compared with the teacher model's own forward in fp64.
 // Colocated, the teacher engines still take bundles of their own.
-#include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <cmath>
 #include <filesystem>
@@ -14,12 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "models/hf_checkpoint.h"
-#include "models/model_config.h"
 #include "models/model_init.h"
-#include "models/transformer.h"
 #include "tests/launcher/tiny_train_command.h"
 #include "tests/support/process.h"
+#include "tests/support/reference_log_probs.h"
 #include "tests/support/tiny_model.h"
 
 namespace ooze::launcher {
@@ -44,24 +40,6 @@ std::string make_teacher(const std::string& dir, int64_t vocab_size = 0) {
   options.out_dir = dir;
   models::init_hf_model(options);
   return dir;
-}
-
-// log p_teacher(tokens[t] | tokens[:t]) of the last `response` tokens, from the model's training
-// forward in fp64: independent of the engines and of HTTP.
-std::vector<double> teacher_reference(const std::string& model_dir,
-                                      const std::vector<int64_t>& tokens, int64_t response) {
-  models::TransformerModel model(models::load_model_config(model_dir));
-  models::load_hf_weights(*model, model_dir);
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  torch::NoGradGuard no_grad;
-  const at::Tensor hidden = model->forward(at::tensor(tokens, at::kLong), at::arange(n, at::kLong),
-                                           at::tensor({0, static_cast<int>(n)}, at::kInt));
-  const at::Tensor log_probs = model->logits(hidden).to(at::kDouble).log_softmax(-1);
-  std::vector<double> out;
-  for (int64_t t = n - response; t < n; ++t) {
-    out.push_back(log_probs[t - 1][tokens[t]].item<double>());
-  }
-  return out;
 }
 
 TEST(TrainOpdEngineTest, LaunchedTeacherEnginesScoreEverySampleDuringTheRollout) {
@@ -105,8 +83,8 @@ TEST(TrainOpdEngineTest, LaunchedTeacherEnginesScoreEverySampleDuringTheRollout)
       const std::vector<float> student = sample["rollout_log_probs"].get<std::vector<float>>();
       const std::vector<int32_t> mask = sample["loss_mask"].get<std::vector<int32_t>>();
       ASSERT_EQ(static_cast<int64_t>(scored.size()), response) << sample.dump();
-      const std::vector<double> expected =
-          teacher_reference(teacher, sample["tokens"].get<std::vector<int64_t>>(), response);
+      const std::vector<double> expected = ::ooze::testing::reference_log_probs(
+          teacher, sample["tokens"].get<std::vector<int64_t>>(), response);
       bool differs_from_student = false;
       for (int64_t t = 0; t < response; ++t) {
         EXPECT_NEAR(scored[t], expected[t], 1e-4)

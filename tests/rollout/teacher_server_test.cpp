@@ -4,7 +4,6 @@
 // a server that cannot score says so.
 #include "rollout/teacher_server.h"
 
-#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -12,40 +11,17 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
-#include "models/hf_checkpoint.h"
-#include "models/model_config.h"
-#include "models/transformer.h"
 #include "serving/engine_server.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/reference_log_probs.h"
+#include "tests/support/small_engine_options.h"
 #include "tests/support/tiny_model.h"
 
 namespace ooze::rollout {
 namespace teacher_server_test {
 
-// log p(tokens[t] | tokens[:t]) for the last `response` tokens, from the model's training
-// forward in fp64.
-std::vector<double> reference(const std::vector<int64_t>& tokens, int64_t response) {
-  models::TransformerModel model(models::load_model_config(testing::tiny_model_dir()));
-  models::load_hf_weights(*model, testing::tiny_model_dir());
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  torch::NoGradGuard no_grad;
-  const at::Tensor hidden = model->forward(at::tensor(tokens, at::kLong), at::arange(n, at::kLong),
-                                           at::tensor({0, static_cast<int>(n)}, at::kInt));
-  const at::Tensor log_probs = model->logits(hidden).to(at::kDouble).log_softmax(-1);
-  std::vector<double> out;
-  for (int64_t t = n - response; t < n; ++t) {
-    out.push_back(log_probs[t - 1][tokens[t]].item<double>());
-  }
-  return out;
-}
-
 TEST(TeacherServerTest, ResponseLogProbsEqualTheTeachersOwnForward) {
-  engine::EngineOptions options;
-  options.model_dir = testing::tiny_model_dir();
-  options.kv_cache_blocks = 128;
-  options.block_size = 16;
-  options.intra_op_threads = 1;
-  engine::Engine engine(options);
+  engine::Engine engine(testing::small_engine_options(testing::tiny_model_dir()));
   serving::EngineServer server(engine, serving::ServerOptions{});
 
   const std::vector<std::vector<int64_t>> tokens = {
@@ -57,7 +33,8 @@ TEST(TeacherServerTest, ResponseLogProbsEqualTheTeachersOwnForward) {
   const std::vector<std::vector<float>> scored = teacher.response_log_probs(tokens, responses);
   ASSERT_EQ(scored.size(), tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
-    const std::vector<double> expected = reference(tokens[i], responses[i]);
+    const std::vector<double> expected =
+        testing::reference_log_probs(testing::tiny_model_dir(), tokens[i], responses[i]);
     ASSERT_EQ(scored[i].size(), expected.size()) << "sequence " << i;
     for (size_t t = 0; t < expected.size(); ++t) {
       EXPECT_NEAR(scored[i][t], expected[t], 1e-5) << "sequence " << i << " token " << t;
@@ -77,12 +54,7 @@ TEST(TeacherServerTest, ResponseLogProbsEqualTheTeachersOwnForward) {
 // teacher_log_probs (the same values as above), a sample scored already or without a response
 // left alone, and a teacher that cannot be reached named with the samples it was to score.
 TEST(TeacherServerTest, ScoresEverySampleOfAGroupThatHasAResponse) {
-  engine::EngineOptions options;
-  options.model_dir = testing::tiny_model_dir();
-  options.kv_cache_blocks = 128;
-  options.block_size = 16;
-  options.intra_op_threads = 1;
-  engine::Engine engine(options);
+  engine::Engine engine(testing::small_engine_options(testing::tiny_model_dir()));
   serving::EngineServer first(engine, serving::ServerOptions{});
   serving::EngineServer second(engine, serving::ServerOptions{});
 
@@ -100,7 +72,8 @@ TEST(TeacherServerTest, ScoresEverySampleOfAGroupThatHasAResponse) {
   EXPECT_EQ(teacher.busy_seconds(), 0.0);
   teacher.score(group);
   for (size_t i : {0, 1}) {
-    const std::vector<double> expected = reference(group[i].tokens, 2);
+    const std::vector<double> expected =
+        testing::reference_log_probs(testing::tiny_model_dir(), group[i].tokens, 2);
     ASSERT_EQ(group[i].teacher_log_probs.size(), 2u) << "sample " << i;
     for (size_t t = 0; t < 2; ++t) {
       EXPECT_NEAR(group[i].teacher_log_probs[t], expected[t], 1e-5) << "sample " << i;
