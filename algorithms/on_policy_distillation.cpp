@@ -65,13 +65,20 @@ const OptionFields<OpdOptions>& OpdOptions::fields() {
           "--opd-type engine --opd-teacher-hf-checkpoint: teacher engines to launch, each in a "
           "bundle (GPU) of its own after the rollout engines'.")
         .min(1);
+    f.add("opd_full_vocab", &O::full_vocab,
+          "--opd-type trainer: distil the teacher's whole distribution at each response token "
+          "(the generalized JSD of --opsd-beta, capped by --opsd-jsd-clip, added to the loss "
+          "with weight --opd-kl-coef, as GKD does) instead of shaping the advantage with the "
+          "sampled tokens' log-probs. --opd-type self always does.");
     f.add("opsd_beta", &O::opsd_beta,
-          "--opd-type self: the generalized JSD's weight of the teacher in the mixture; 0 is "
+          "--opd-type self or --opd-full-vocab: the generalized JSD's weight of the teacher in the "
+          "mixture; 0 is "
           "KL(teacher || student), 1 is KL(student || teacher), 0.5 the symmetric JSD.")
         .min(0)
         .max(1);
     f.add("opsd_jsd_clip", &O::opsd_jsd_clip,
-          "--opd-type self: cap on each token's JSD (tokens above it pull no further); 0: no "
+          "--opd-type self or --opd-full-vocab: cap on each token's JSD (tokens above it pull no "
+          "further); 0: no "
           "cap.")
         .min(0);
     f.add("opsd_privileged_info_key", &O::opsd_privileged_info_key,
@@ -82,6 +89,12 @@ const OptionFields<OpdOptions>& OpdOptions::fields() {
         throw ConfigError(
             "--opd-teacher-num-engines has no effect without --use-opd --opd-type engine "
             "--opd-teacher-hf-checkpoint");
+      }
+      if (o.full_vocab && !(o.use_opd && o.type == OpdType::kTrainer)) {
+        throw ConfigError(
+            "--opd-full-vocab needs --use-opd --opd-type trainer: only a teacher in the trainer "
+            "gives whole distributions (an engine returns the sampled tokens' log-probs; "
+            "--opd-type self always uses them)");
       }
       if (o.self_distills() && o.opsd_privileged_info_key.empty()) {
         throw ConfigError(

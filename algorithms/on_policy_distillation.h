@@ -20,7 +20,12 @@
 //            privileged information (--opsd-privileged-info-key: a reference solution, the
 //            answer) after the prompt. It does not shape the advantage: the trainer adds the
 //            full-vocabulary generalized JSD between student and teacher at every response token
-//            to the loss, weighted by --opd-kl-coef (algorithms/self_distillation.h).
+//            to the loss, weighted by --opd-kl-coef (algorithms/vocabulary_distillation.h).
+//
+// --opd-full-vocab takes that loss to the trainer's teacher (GKD): instead of the sampled tokens'
+// log-probs in the advantage, the JSD between the teacher's and the student's whole distributions
+// at every response token. Where the answer is a token or two, a sampled token tells the student
+// only that it was wrong, as a binary reward would; the distribution says what is right.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -42,16 +47,19 @@ struct OpdOptions {
   double kl_coef = 1.0;
   std::string teacher_hf_checkpoint;  // trainer, engine: the teacher's Hugging Face directory
   std::string teacher_url;            // engine: http://HOST:PORT of a teacher served elsewhere
+  bool full_vocab = false;            // trainer: the JSD loss on whole distributions (as self)
   int64_t teacher_num_engines = 1;    // engine without a URL: teacher engines ooze train starts
-  // self: the JSD's mixing weight (0: KL(teacher || student), 1: KL(student || teacher)), the
-  // per-token cap on it (0: none), and the sample field the teacher is shown.
+  // self and full_vocab: the JSD's mixing weight (0: KL(teacher || student), 1: KL(student ||
+  // teacher)), the per-token cap on it (0: none), and the sample field the teacher is shown.
   double opsd_beta = 0.5;
   double opsd_jsd_clip = 0.0;
   std::string opsd_privileged_info_key;
 
-  // Whether the advantage is shaped by teacher log-probs (trainer and engine), and whether the
-  // loss has the self-distillation term.
-  bool shapes_advantages() const { return use_opd && type != OpdType::kSelf; }
+  // Whether the advantage is shaped by the sampled tokens' teacher log-probs (trainer and
+  // engine); whether the loss has the JSD term over the vocabulary (self, or trainer with
+  // full_vocab); and whether that teacher is the initial policy shown privileged information.
+  bool shapes_advantages() const { return use_opd && !distills_vocabulary(); }
+  bool distills_vocabulary() const { return use_opd && (type == OpdType::kSelf || full_vocab); }
   bool self_distills() const { return use_opd && type == OpdType::kSelf; }
 
   // --opd-type engine with --opd-teacher-hf-checkpoint: the job launches the teacher's engines.
@@ -60,7 +68,8 @@ struct OpdOptions {
   }
 
   // --use-opd, --opd-type, --opd-kl-coef, --opd-teacher-hf-checkpoint, --opd-teacher-url,
-  // --opd-teacher-num-engines, --opsd-beta, --opsd-jsd-clip, --opsd-privileged-info-key
+  // --opd-teacher-num-engines, --opd-full-vocab, --opsd-beta, --opsd-jsd-clip,
+  // --opsd-privileged-info-key
   // ("algorithm" section).
   static const OptionFields<OpdOptions>& fields();
 

@@ -286,22 +286,25 @@ TrainPlan TrainPlan::resolve(const Config& config, int64_t num_prompts) {
     }
   }
   plan.self_distills = algorithm.opd.self_distills();
-  if (plan.self_distills) {
+  if (algorithm.opd.distills_vocabulary()) {
+    const std::string flags =
+        plan.self_distills ? "--opd-type self" : "--opd-type trainer --opd-full-vocab";
     // The teacher's vocabulary log-probs at a micro-batch's response tokens are that
     // micro-batch's own: they are not split over context-parallel ranks.
     if (cp_size > 1) {
-      throw ConfigError("--opd-type self does not run with --context-parallel-size " +
+      throw ConfigError(flags + " does not run with --context-parallel-size " +
                         std::to_string(cp_size) + " yet: use 1");
     }
     if (config.get<std::string>("loss_type") != "policy_loss") {
-      throw ConfigError("--opd-type self adds its JSD to the policy loss: --loss-type " +
+      throw ConfigError(flags + " adds its JSD to the policy loss: --loss-type " +
                         config.get<std::string>("loss_type") + " has none");
     }
-    if (!config.get<std::string>("custom_convert_samples_to_train_data_path").empty()) {
-      throw ConfigError(
-          "--opd-type self shows the teacher each sample's privileged information: it cannot "
-          "follow --custom-convert-samples-to-train-data-path's samples back to theirs");
-    }
+  }
+  if (plan.self_distills &&
+      !config.get<std::string>("custom_convert_samples_to_train_data_path").empty()) {
+    throw ConfigError(
+        "--opd-type self shows the teacher each sample's privileged information: it cannot "
+        "follow --custom-convert-samples-to-train-data-path's samples back to theirs");
   }
   if (plan.needs_reference && !config.get<std::string>("ref_load").empty()) {
     check_model_directory(config.get<std::string>("ref_load"), "--ref-load");

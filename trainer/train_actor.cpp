@@ -164,10 +164,12 @@ TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
   const TrainerOptions& options = state_->options;
   fsdp::TrainingProgress& progress = state_->progress;
   const double lr = state_->schedule->lr_at(progress.lr_completed_steps);
-  // Self-distillation's teacher is the initial policy: the reference model, or the base.
-  SelfDistillationTeacher teacher;
+  // The JSD term's teacher: with --opd-full-vocab the teacher model; self-distilling, the
+  // initial policy (the reference model, or the base).
+  DistillationTeacher teacher;
   if (state_->reference_is_base) teacher = {state_->model.get(), /*adapters_off=*/true};
   if (state_->reference) teacher = {&state_->reference->transformer(), /*adapters_off=*/false};
+  if (state_->teacher) teacher = {&state_->teacher->transformer(), /*adapters_off=*/false};
   TrainStepResult result = trainer::train_step(*state_->model, *state_->optimizer, lr,
                                                batch.samples, options.step, teacher);
   // As in Megatron, a skipped step counts as an iteration but does not advance the schedule.

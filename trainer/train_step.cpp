@@ -5,8 +5,8 @@
 #include <numeric>
 #include <optional>
 
-#include "algorithms/self_distillation.h"
 #include "algorithms/sft_loss.h"
+#include "algorithms/vocabulary_distillation.h"
 #include "core/error.h"
 #include "fsdp/context_parallel_gather.h"
 #include "fsdp/optimizer_step.h"
@@ -75,19 +75,22 @@ void check_context_parallel_size(fsdp::FsdpTransformer& model,
   }
 }
 
-// Self-distillation compares distributions over the vocabulary at the response tokens: the
-// teacher must be there, and the rows are a micro-batch's own, which context parallelism would
-// split over ranks.
-void check_self_distillation(fsdp::FsdpTransformer& model, const TrainStepOptions& options,
-                             const SelfDistillationTeacher& teacher) {
+// The JSD term compares distributions over the vocabulary at the response tokens: the teacher
+// must be there, and the rows are a micro-batch's own, which context parallelism would split over
+// ranks.
+void check_vocabulary_distillation(fsdp::FsdpTransformer& model, const TrainStepOptions& options,
+                                   const DistillationTeacher& teacher) {
+  const std::string flags =
+      options.opd.self_distills() ? "--opd-type self" : "--opd-type trainer --opd-full-vocab";
   if (teacher.model == nullptr) {
-    throw Error("--opd-type self: the training step was given no teacher (the reference model)");
+    throw Error(flags + ": the training step was given no teacher (" +
+                (options.opd.self_distills() ? "the reference model" : "the teacher model") + ")");
   }
   if (options.loss_type != LossType::kPolicyLoss) {
-    throw Error("--opd-type self adds to the policy loss: --loss-type must be policy_loss");
+    throw Error(flags + " adds to the policy loss: --loss-type must be policy_loss");
   }
   if (model.cp_size() > 1) {
-    throw Error("--opd-type self does not run with --context-parallel-size " +
+    throw Error(flags + " does not run with --context-parallel-size " +
                 std::to_string(model.cp_size()) + " yet: use 1");
   }
 }
@@ -227,24 +230,29 @@ models::TokenLogProbs token_log_probs(fsdp::FsdpTransformer& model,
   return predict_tokens(model, batch, temperature, with_entropy).tokens;
 }
 
-// The teacher's side of self-distillation for one micro-batch: each sample read after its
-// teacher_prompt instead of its prompt, without gradients, and the teacher's vocabulary
-// log-probs at the response tokens [N, V]. A rank without samples still runs the teacher (its
+// The teacher's side of the JSD term for one micro-batch, without gradients: its vocabulary
+// log-probs at the response tokens [N, V]. A self-distilling teacher reads each sample after its
+// teacher_prompt (the prompt with the privileged information) instead of its prompt; any other
+// reads the sample as the student does. A rank without samples still runs the teacher (its
 // forward is a collective) on a padding micro-batch, which has no response token.
-at::Tensor teacher_vocabulary_log_probs(const SelfDistillationTeacher& teacher,
+at::Tensor teacher_vocabulary_log_probs(const DistillationTeacher& teacher,
                                         const std::vector<fsdp::PackingSample>& samples,
-                                        const std::vector<int64_t>& indices, double temperature) {
+                                        const std::vector<int64_t>& indices,
+                                        const TrainStepOptions& options) {
   std::vector<fsdp::PackingSample> shown;
   for (int64_t index : indices) {
     const fsdp::PackingSample& sample = samples[index];
-    if (!sample.teacher_prompt.defined()) {
-      throw Error("self-distillation: sample " + std::to_string(index) +
-                  " has no teacher_prompt (the prompt with the privileged information)");
-    }
     fsdp::PackingSample read;
-    read.tokens = at::cat({sample.teacher_prompt.to(at::kLong),
-                           sample.tokens.slice(0, sample.prompt_length()).to(at::kLong)});
+    read.tokens = sample.tokens.to(at::kLong);
     read.response_length = sample.response_length;
+    if (options.opd.self_distills()) {
+      if (!sample.teacher_prompt.defined()) {
+        throw Error("self-distillation: sample " + std::to_string(index) +
+                    " has no teacher_prompt (the prompt with the privileged information)");
+      }
+      read.tokens = at::cat(
+          {sample.teacher_prompt.to(at::kLong), read.tokens.slice(0, sample.prompt_length())});
+    }
     shown.push_back(std::move(read));
   }
   std::vector<int64_t> all(shown.size());
@@ -257,7 +265,8 @@ at::Tensor teacher_vocabulary_log_probs(const SelfDistillationTeacher& teacher,
   at::Tensor log_probs;
   try {
     const at::Tensor hidden = model.forward(batch.tokens, batch.position_ids, batch.cu_seqlens);
-    log_probs = vocabulary_log_probs(model, hidden, response_prediction_rows(batch), temperature);
+    log_probs =
+        vocabulary_log_probs(model, hidden, response_prediction_rows(batch), options.temperature);
   } catch (...) {
     model.reshard();
     throw;
@@ -361,7 +370,7 @@ algorithms::LossOutput policy_loss_of(fsdp::FsdpTransformer& model,
   }
   algorithms::LossOutput out = algorithms::policy_loss(inputs, policy, scale);
   if (teacher_log_probs.defined()) {
-    const algorithms::LossOutput distilled = algorithms::self_distillation_loss(
+    const algorithms::LossOutput distilled = algorithms::vocabulary_distillation_loss(
         {batch.cu_seqlens, batch.loss_mask, rows + 1, outputs.vocabulary, teacher_log_probs},
         options.opd, scale);
     out.loss = out.loss + distilled.loss;
@@ -404,7 +413,7 @@ algorithms::LossOutput custom_loss_of(fsdp::FsdpTransformer& model,
                      data_parallel_rank);
 }
 
-// `teacher_log_probs`: self-distillation's teacher side of the micro-batch, or undefined.
+// `teacher_log_probs`: the JSD term's teacher side of the micro-batch, or undefined.
 algorithms::LossOutput loss_of(fsdp::FsdpTransformer& model, const fsdp::PackedMicroBatch& batch,
                                bool rank_has_samples, const TrainStepOptions& options,
                                const algorithms::LossScale& scale,
@@ -553,10 +562,10 @@ fsdp::PackingSample language_modeling_sample(const std::vector<int64_t>& tokens)
 TrainStepResult accumulate_gradients(fsdp::FsdpTransformer& model,
                                      const std::vector<fsdp::PackingSample>& samples,
                                      const TrainStepOptions& options,
-                                     const SelfDistillationTeacher& teacher) {
+                                     const DistillationTeacher& teacher) {
   check_context_parallel_size(model, options.packing);
-  const bool self_distills = options.opd.self_distills();
-  if (self_distills) check_self_distillation(model, options, teacher);
+  const bool distills_vocabulary = options.opd.distills_vocabulary();
+  if (distills_vocabulary) check_vocabulary_distillation(model, options, teacher);
   const std::vector<std::vector<int64_t>> micro_batches =
       plan_micro_batches(model, samples, options.packing);
 
@@ -583,8 +592,8 @@ TrainStepResult accumulate_gradients(fsdp::FsdpTransformer& model,
   LossMetrics metrics;
   for (const std::vector<int64_t>& indices : micro_batches) {
     const at::Tensor teacher_log_probs =
-        self_distills ? teacher_vocabulary_log_probs(teacher, samples, indices, options.temperature)
-                      : at::Tensor();
+        distills_vocabulary ? teacher_vocabulary_log_probs(teacher, samples, indices, options)
+                            : at::Tensor();
     const fsdp::PackedMicroBatch batch = pack_on(device, samples, indices);
     const algorithms::LossOutput loss =
         loss_of(model, batch, !samples.empty(), options, scale, teacher_log_probs);
@@ -602,8 +611,7 @@ TrainStepResult accumulate_gradients(fsdp::FsdpTransformer& model,
 
 TrainStepResult train_step(fsdp::FsdpTransformer& model, fsdp::ShardedAdamW& optimizer, double lr,
                            const std::vector<fsdp::PackingSample>& samples,
-                           const TrainStepOptions& options,
-                           const SelfDistillationTeacher& teacher) {
+                           const TrainStepOptions& options, const DistillationTeacher& teacher) {
   TrainStepResult out = accumulate_gradients(model, samples, options, teacher);
   const fsdp::OptimizerStepResult step =
       fsdp::clip_and_step(model.sharded(), optimizer, lr, options.clip_grad);

@@ -11,10 +11,11 @@
 //               counts (loss_aggregation.h) so that the world size and the micro-batch split do
 //               not change the gradient; or a user's Python loss (python_loss.h) on the same
 //               tensors, normalised the same way;
-//      With on-policy self-distillation (--opd-type self) the policy loss gains the JSD term of
-//      algorithms/self_distillation.h: the teacher (SelfDistillationTeacher) first reads each
-//      sample's teacher_prompt and response without gradients, then the policy's forward gives
-//      the student's side at the same response tokens;
+//      With distillation over the vocabulary (--opd-type self, or trainer with --opd-full-vocab)
+//      the policy loss gains the JSD term of algorithms/vocabulary_distillation.h: the teacher
+//      (DistillationTeacher) first reads each sample without gradients (after its teacher_prompt
+//      when self-distilling), then the policy's forward gives the student's side at the same
+//      response tokens;
 //   5. backward accumulating into the gradient shards, micro-batch after micro-batch;
 //   6. step     global-norm clipping and AdamW (optimizer_step.h).
 //
@@ -75,8 +76,8 @@ struct TrainStepOptions {
   // The policy's log-probs are those of softmax(logits / temperature), the distribution the
   // rollouts sampled from (--rollout-temperature), as the old and rollout log-probs are.
   double temperature = 1.0;
-  // The algorithm's --use-opd flags: with --opd-type self the policy loss gains the
-  // self-distillation term (then train_step needs a SelfDistillationTeacher).
+  // The algorithm's --use-opd flags: with opd.distills_vocabulary() the policy loss gains the
+  // JSD term (then train_step needs a DistillationTeacher).
   algorithms::OpdOptions opd;
 
   // The batching flags, --loss-aggregation, --loss-type, the two Python loss paths (each refused
@@ -102,22 +103,23 @@ struct TrainStepResult {
   }
 };
 
-// The teacher of on-policy self-distillation: the frozen initial policy, a model of its own (the
-// reference model) or, with LoRA, the policy itself with its adapters off (the base).
-struct SelfDistillationTeacher {
+// The teacher of the JSD term: for self-distillation the frozen initial policy, a model of its
+// own (the reference model) or, with LoRA, the policy itself with its adapters off (the base);
+// with --opd-full-vocab the trainer's teacher model.
+struct DistillationTeacher {
   fsdp::FsdpTransformer* model = nullptr;
   bool adapters_off = false;
 };
 
 // Trains on this rank's `samples` (possibly none) and steps `optimizer` at `lr`. Throws
 // ooze::Error naming the sample on malformed samples (packing.h), or when the packing options'
-// context_parallel_size is not the model's. With options.opd.self_distills(), `teacher` must
-// be given, every sample must have a teacher_prompt, and the model must not use context
-// parallelism.
+// context_parallel_size is not the model's. With options.opd.distills_vocabulary(), `teacher`
+// must be given and the model must not use context parallelism; self-distilling, every sample
+// must have a teacher_prompt.
 TrainStepResult train_step(fsdp::FsdpTransformer& model, fsdp::ShardedAdamW& optimizer, double lr,
                            const std::vector<fsdp::PackingSample>& samples,
                            const TrainStepOptions& options,
-                           const SelfDistillationTeacher& teacher = {});
+                           const DistillationTeacher& teacher = {});
 
 // Steps 1-5 of train_step, no optimizer step: this rank's share of the step's gradient added to
 // the model's gradient shards (for callers that inspect gradients or step on their own). The
@@ -125,7 +127,7 @@ TrainStepResult train_step(fsdp::FsdpTransformer& model, fsdp::ShardedAdamW& opt
 TrainStepResult accumulate_gradients(fsdp::FsdpTransformer& model,
                                      const std::vector<fsdp::PackingSample>& samples,
                                      const TrainStepOptions& options,
-                                     const SelfDistillationTeacher& teacher = {});
+                                     const DistillationTeacher& teacher = {});
 
 // log p of each response token of each sample under softmax(logits / temperature) (the
 // distribution rollouts at that temperature sample from), and with `with_entropy` the entropy

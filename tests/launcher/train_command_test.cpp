@@ -123,7 +123,7 @@ TEST(TrainCommandTest, SelfDistillationWithLoraPullsTheStudentTowardsTheBaseShow
   ASSERT_EQ(run.steps.size(), 6u) << run.output;
   for (const json& step : run.steps) {
     // The label changes the teacher's distributions: there is something to distil.
-    EXPECT_GT(step["train/opsd_jsd"].get<double>(), 1e-6) << step.dump();
+    EXPECT_GT(step["train/opd_jsd"].get<double>(), 1e-6) << step.dump();
     EXPECT_TRUE(std::isfinite(step["train/loss"].get<double>())) << step.dump();
   }
   for (const json& rollout : run.rollouts) {
@@ -380,6 +380,10 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
       {{"--use-opd", "--opd-type", "self", "--opsd-privileged-info-key", "label",
         "--actor-num-gpus-per-node", "2", "--context-parallel-size", "2"},
        "--opd-type self does not run with --context-parallel-size 2 yet"},
+      {{"--use-opd", "--opd-teacher-hf-checkpoint", ::ooze::testing::tiny_model_dir(),
+        "--opd-full-vocab", "--loss-type", "custom_loss", "--custom-loss-function-path",
+        "HOOKS/losses.py:shares_tensors"},
+       "--opd-type trainer --opd-full-vocab adds its JSD to the policy loss"},
       // Users' functions are loaded and checked before any process starts.
       {{"--custom-rm-path", "HOOKS/rewards.py:one_argument"},
        "rewards.py:one_argument(args, sample), but it is declared (sample)"},

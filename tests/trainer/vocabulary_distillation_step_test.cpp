@@ -1,7 +1,9 @@
-// On-policy self-distillation in the training step (--opd-type self): the step's JSD against the
-// plain model run on each sample twice (as the student reads it, and after the privileged tokens
-// as the teacher does), a student that moves to its privileged teacher on the JSD alone, the cap
-// that stops the pull, and the errors of a step that cannot distil.
+// Distillation over the vocabulary in the training step. Self-distillation (--opd-type self): the
+// step's JSD against the plain model run on each sample twice (as the student reads it, and after
+// the privileged tokens as the teacher does), a student that moves to its privileged teacher on
+// the JSD alone, the cap that stops the pull, and the errors of a step that cannot distil. A
+// teacher of its own (--opd-type trainer --opd-full-vocab): the JSD against two plain models on
+// the same tokens, and a student that moves to it.
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
@@ -17,7 +19,7 @@
 #include "trainer/train_step.h"
 
 namespace ooze::trainer {
-namespace self_distillation_step_test {
+namespace vocabulary_distillation_step_test {
 
 using fsdp_test::kInitSeed;
 using fsdp_test::make_model;
@@ -96,7 +98,7 @@ TEST(SelfDistillationStep, TheStepsJsdIsThatOfThePlainModelReadingBothContexts) 
     expected += jsd.mean().item<double>() / static_cast<double>(samples.size());
   }
   EXPECT_GT(expected, 1e-4);  // the privileged tokens do change the teacher's mind
-  EXPECT_NEAR(out.metrics.at("opsd_jsd"), expected, 1e-6 * expected + 1e-9);
+  EXPECT_NEAR(out.metrics.at("opd_jsd"), expected, 1e-6 * expected + 1e-9);
   // Zero advantages: the step's loss is the JSD term alone (--opd-kl-coef 1).
   EXPECT_NEAR(out.metrics.at("loss"), expected, 1e-6 * expected + 1e-9);
 }
@@ -115,7 +117,7 @@ TEST(SelfDistillationStep, OnTheJsdAloneTheStudentMovesToItsPrivilegedTeacher) {
     set_old_log_probs(policy, samples, options);
     jsd.push_back(
         train_step(policy, optimizer, 3e-4, samples, options, {&teacher.transformer(), false})
-            .metrics.at("opsd_jsd"));
+            .metrics.at("opd_jsd"));
   }
   EXPECT_LT(jsd.back(), 0.1 * jsd.front()) << "first " << jsd.front() << ", last " << jsd.back();
 }
@@ -137,8 +139,72 @@ TEST(SelfDistillationStep, TokensAboveTheCapPullNoFurther) {
     } else {
       EXPECT_EQ(out.grad_norm, 0.0);
     }
-    EXPECT_GT(out.metrics.at("opsd_jsd"), 1e-4);  // reported uncapped either way
+    EXPECT_GT(out.metrics.at("opd_jsd"), 1e-4);  // reported uncapped either way
   }
+}
+
+// --opd-type trainer --opd-full-vocab: the teacher is another model, reading the same tokens.
+TrainStepOptions full_vocabulary_distillation() {
+  TrainStepOptions options;
+  options.packing.micro_batch_size = 2;
+  options.opd.use_opd = true;
+  options.opd.type = algorithms::OpdType::kTrainer;
+  options.opd.full_vocab = true;
+  options.opd.opsd_beta = 0.5;
+  return options;
+}
+
+std::vector<fsdp::PackingSample> plain_samples() {
+  std::vector<fsdp::PackingSample> samples = privileged_samples();
+  for (fsdp::PackingSample& sample : samples) sample.teacher_prompt = at::Tensor();
+  return samples;
+}
+
+TEST(FullVocabularyDistillationStep, TheStepsJsdIsThatOfTheTwoPlainModelsOnTheSameTokens) {
+  at::set_num_threads(1);
+  fsdp::FsdpTransformer policy(make_model(true), nullptr, {});
+  ReferenceModel teacher(make_model(true, kInitSeed + 1), nullptr, {});
+  std::vector<fsdp::PackingSample> samples = plain_samples();
+  const TrainStepOptions options = full_vocabulary_distillation();
+  set_old_log_probs(policy, samples, options);
+  const TrainStepResult out =
+      accumulate_gradients(policy, samples, options, {&teacher.transformer(), false});
+
+  models::TransformerModel student_plain = make_model(true);
+  models::TransformerModel teacher_plain = make_model(true, kInitSeed + 1);
+  torch::NoGradGuard no_grad;
+  double expected = 0;
+  for (const fsdp::PackingSample& sample : samples) {
+    const int64_t response = sample.response_length;
+    const at::Tensor p_s = response_distributions(student_plain, sample.tokens, response);
+    const at::Tensor p_t = response_distributions(teacher_plain, sample.tokens, response);
+    const at::Tensor m = 0.5 * (p_s + p_t);
+    const at::Tensor jsd =
+        0.5 * (p_t * (p_t / m).log()).sum(-1) + 0.5 * (p_s * (p_s / m).log()).sum(-1);
+    expected += jsd.mean().item<double>() / static_cast<double>(samples.size());
+  }
+  EXPECT_GT(expected, 1e-4);
+  EXPECT_NEAR(out.metrics.at("opd_jsd"), expected, 1e-6 * expected + 1e-9);
+  EXPECT_NEAR(out.metrics.at("loss"), expected, 1e-6 * expected + 1e-9);
+}
+
+TEST(FullVocabularyDistillationStep, OnTheJsdAloneTheStudentMovesToItsTeacher) {
+  at::set_num_threads(1);
+  fsdp::FsdpTransformer policy(make_model(true), nullptr, {});
+  ReferenceModel teacher(make_model(true, kInitSeed + 1), nullptr, {});
+  fsdp::ShardedAdamWOptions adam;
+  adam.weight_decay = 0.0;
+  fsdp::ShardedAdamW optimizer(policy.sharded(), adam);
+  const TrainStepOptions options = full_vocabulary_distillation();
+  std::vector<double> jsd;
+  for (int step = 0; step < 15; ++step) {
+    std::vector<fsdp::PackingSample> samples = plain_samples();
+    set_old_log_probs(policy, samples, options);
+    jsd.push_back(
+        train_step(policy, optimizer, 3e-3, samples, options, {&teacher.transformer(), false})
+            .metrics.at("opd_jsd"));
+  }
+  EXPECT_LT(jsd.back(), 0.2 * jsd.front()) << "first " << jsd.front() << ", last " << jsd.back();
 }
 
 TEST(SelfDistillationStep, AStepThatCannotDistilSaysWhy) {
@@ -157,5 +223,5 @@ TEST(SelfDistillationStep, AStepThatCannotDistilSaysWhy) {
                   "self-distillation: sample 2 has no teacher_prompt");
 }
 
-}  // namespace self_distillation_step_test
+}  // namespace vocabulary_distillation_step_test
 }  // namespace ooze::trainer

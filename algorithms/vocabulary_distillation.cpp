@@ -1,4 +1,4 @@
-#include "algorithms/self_distillation.h"
+#include "algorithms/vocabulary_distillation.h"
 
 #include <cmath>
 #include <sstream>
@@ -38,13 +38,13 @@ at::Tensor generalized_jsd(const at::Tensor& student_log_probs, const at::Tensor
   return beta * kl_rows(teacher, log_mixture) + (1.0 - beta) * kl_rows(student, log_mixture);
 }
 
-LossOutput self_distillation_loss(const SelfDistillationInputs& inputs, const OpdOptions& opd,
-                                  const LossScale& scale) {
+LossOutput vocabulary_distillation_loss(const VocabularyDistillationInputs& inputs,
+                                        const OpdOptions& opd, const LossScale& scale) {
   const int64_t tokens = inputs.loss_mask.numel();
-  check_per_token("self_distillation_loss", "loss_mask", inputs.loss_mask, tokens);
+  check_per_token("vocabulary_distillation_loss", "loss_mask", inputs.loss_mask, tokens);
   const int64_t rows = inputs.response_tokens.numel();
   if (inputs.student_log_probs.size(0) != rows) {
-    throw Error("self_distillation_loss: " + std::to_string(rows) +
+    throw Error("vocabulary_distillation_loss: " + std::to_string(rows) +
                 " response tokens but vocabulary log-probs for " +
                 std::to_string(inputs.student_log_probs.size(0)));
   }
@@ -62,7 +62,7 @@ LossOutput self_distillation_loss(const SelfDistillationInputs& inputs, const Op
       loss_token_weights(inputs.loss_mask.to(per_token.scalar_type()), sequences, scale);
   const at::Tensor loss = opd.kl_coef * (per_token * weights).sum();
   PendingMetrics metrics;
-  metrics.add("opsd_jsd", (jsd_per_token * weights).sum());
+  metrics.add("opd_jsd", (jsd_per_token * weights).sum());
   metrics.add("loss", loss);
   return LossOutput{loss * scale.gradient_factor(), metrics.resolve()};
 }

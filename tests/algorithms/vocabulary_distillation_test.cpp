@@ -1,7 +1,7 @@
 // On-policy self-distillation's generalized JSD and loss against an independent python3-torch
 // computation (probabilities in fp64, the mixture taken as it is defined, gradients by torch's
 // autograd), and the rules of its flags.
-#include "algorithms/self_distillation.h"
+#include "algorithms/vocabulary_distillation.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 #include "tests/support/expect_error.h"
 
 namespace ooze::algorithms {
-namespace self_distillation_test {
+namespace vocabulary_distillation_test {
 
 using testing::error_message_of;
 
@@ -150,10 +150,10 @@ TEST(SelfDistillationTest, TheLossIsTheCoefficientTimesTheCappedJsdAggregatedOve
   scale.global_sequences = 2;
 
   at::Tensor student = student_logits.clone().requires_grad_(true);
-  const LossOutput out =
-      self_distillation_loss({cu_seqlens, loss_mask, response_tokens, at::log_softmax(student, -1),
-                              at::log_softmax(teacher_logits, -1)},
-                             opd, scale);
+  const LossOutput out = vocabulary_distillation_loss(
+      {cu_seqlens, loss_mask, response_tokens, at::log_softmax(student, -1),
+       at::log_softmax(teacher_logits, -1)},
+      opd, scale);
   out.loss.backward();
   const nlohmann::json expected =
       reference(student_logits, teacher_logits, 0.5, opd.opsd_jsd_clip, rows, mask, 0.3);
@@ -168,10 +168,10 @@ TEST(SelfDistillationTest, TheLossIsTheCoefficientTimesTheCappedJsdAggregatedOve
     const bool free = jsd[r].item<double>() <= opd.opsd_jsd_clip && mask[r] != 0;
     EXPECT_EQ(student.grad()[r].abs().sum().item<double>() > 0, free) << "row " << r;
   }
-  // opsd_jsd reports the JSD itself, uncapped and without the coefficient.
+  // opd_jsd reports the JSD itself, uncapped and without the coefficient.
   const double uncapped =
       (jsd.narrow(0, 0, 4).mean() + jsd.narrow(0, 4, 2).mean()).item<double>() / 2;
-  EXPECT_NEAR(out.metrics.get("opsd_jsd"), uncapped, 1e-12);
+  EXPECT_NEAR(out.metrics.get("opd_jsd"), uncapped, 1e-12);
 }
 
 TEST(SelfDistillationTest, FlagsSayWhatSelfDistillationNeeds) {
@@ -206,5 +206,28 @@ TEST(SelfDistillationTest, FlagsSayWhatSelfDistillationNeeds) {
                   "--opsd-beta: expected a number in [0, 1]");
 }
 
-}  // namespace self_distillation_test
+TEST(SelfDistillationTest, FullVocabularyDistillationNeedsATeacherInTheTrainer) {
+  ConfigSchema schema;
+  add_algorithm_fields(schema);
+  const auto read = [&](const std::vector<std::string>& flags) {
+    return AlgorithmOptions::from_config(load_config(schema, "", flags)).opd;
+  };
+  const OpdOptions opd = read({"--use-opd", "--opd-type", "trainer", "--opd-teacher-hf-checkpoint",
+                               "/teacher", "--opd-full-vocab"});
+  EXPECT_TRUE(opd.distills_vocabulary());
+  EXPECT_FALSE(opd.self_distills());
+  EXPECT_FALSE(opd.shapes_advantages());
+  EXPECT_TRUE(
+      read({"--use-opd", "--opd-type", "trainer", "--opd-teacher-hf-checkpoint", "/teacher"})
+          .shapes_advantages());
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--opd-full-vocab"},
+        {"--use-opd", "--opd-type", "engine", "--opd-teacher-url", "http://127.0.0.1:1",
+         "--opd-full-vocab"}}) {
+    EXPECT_CONTAINS(error_message_of<ConfigError>([&] { read(flags); }),
+                    "--opd-full-vocab needs --use-opd --opd-type trainer");
+  }
+}
+
+}  // namespace vocabulary_distillation_test
 }  // namespace ooze::algorithms
