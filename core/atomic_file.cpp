@@ -1,6 +1,7 @@
 #include "core/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <streambuf>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -27,6 +29,20 @@ std::string temporary_name(const std::string& path) {
 
 std::string parent_directory(const std::string& path) {
   return std::filesystem::path(path).parent_path().string();
+}
+
+// Errors that mean "no room": a full disk, a quota, a file-size limit (RLIMIT_FSIZE).
+bool out_of_space(int error_number) {
+  return error_number == ENOSPC || error_number == EDQUOT || error_number == EFBIG;
+}
+
+// "N bytes free on its filesystem", or nothing when statvfs cannot tell.
+std::string free_space_of(const std::string& path) {
+  struct statvfs info {};
+  const std::string dir = parent_directory(path);
+  if (::statvfs(dir.empty() ? "." : dir.c_str(), &info) != 0) return "";
+  const uint64_t free_bytes = static_cast<uint64_t>(info.f_bavail) * info.f_frsize;
+  return std::to_string(free_bytes) + " bytes free on its filesystem";
 }
 
 }  // namespace
@@ -115,6 +131,17 @@ AtomicFile::~AtomicFile() {
   if (!committed_) discard();
 }
 
+void AtomicFile::reserve(uint64_t bytes) {
+  if (fd_ < 0) throw IoError("cannot write '" + path_ + "': the file is closed already");
+  reserved_ = bytes;
+  if (bytes == 0) return;
+  if (::fallocate(fd_, 0, 0, static_cast<off_t>(bytes)) != 0) {
+    const int error_number = errno;
+    if (error_number == EOPNOTSUPP || error_number == ENOSYS) return;
+    fail("reserving its space", error_number);
+  }
+}
+
 void AtomicFile::write(const void* data, size_t size) {
   if (fd_ < 0) throw IoError("cannot write '" + path_ + "': the file is closed already");
   if (!buffer_->put(static_cast<const char*>(data), size)) fail("writing", buffer_->error());
@@ -146,7 +173,14 @@ void AtomicFile::commit() {
 
 void AtomicFile::fail(const std::string& what, int error_number) {
   discard();
-  const std::string reason = error_number != 0 ? std::strerror(error_number) : "stream error";
+  std::string reason = error_number != 0 ? std::strerror(error_number) : "stream error";
+  if (out_of_space(error_number)) {
+    std::vector<std::string> room;
+    if (reserved_ > 0) room.push_back("the file needs " + std::to_string(reserved_) + " bytes");
+    if (std::string free = free_space_of(path_); !free.empty()) room.push_back(free);
+    for (size_t i = 0; i < room.size(); ++i) reason += (i == 0 ? " (" : ", ") + room[i];
+    if (!room.empty()) reason += ")";
+  }
   throw IoError("cannot write '" + path_ + "': " + what + " failed: " + reason);
 }
 

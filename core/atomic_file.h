@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -30,6 +31,13 @@ class AtomicFile {
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
+
+  // Sets aside the file's final size, `bytes`, on disk before it is written (the file is that
+  // long from then on), so that a full disk or a file-size limit fails at once, not after
+  // gigabytes, and the error can say how much was needed. Throws IoError naming `path`, the bytes
+  // and the space free on its filesystem. A filesystem that cannot reserve space (no fallocate) is
+  // written without.
+  void reserve(uint64_t bytes);
 
   // Appends raw bytes (buffered; large blocks go straight to the file). Throws IoError.
   void write(const void* data, size_t size);
@@ -51,6 +59,7 @@ class AtomicFile {
 
   std::string path_;
   std::string temporary_;
+  uint64_t reserved_ = 0;
   int fd_ = -1;
   bool committed_ = false;
   std::unique_ptr<Buffer> buffer_;

@@ -311,6 +311,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
 
   AtomicFile file(path);
+  file.reserve(sizeof(uint64_t) + header_text.size() + offset);
   uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(header_text.size() >> (8 * i));
   file.write(length, sizeof(length));

@@ -540,6 +540,15 @@ void save_checkpoint(const std::string& dir, const TrainingProgress& progress,
     comm->all_gather(all, torch::tensor(row, collective_options(model)));
     all = all.to(torch::kCPU).contiguous();
   }
+  // A rank that could not write (a full disk, say): every rank has stopped writing, so rank 0
+  // removes the staging directory, which gives back what the others wrote. The previous
+  // checkpoint stays the latest.
+  bool any_failed = false;
+  for (int r = 0; r < model.world_size(); ++r) any_failed |= all[r * row_size].item<int64_t>() != 0;
+  if (any_failed && model.rank() == 0) {
+    std::error_code ignored;
+    fs::remove_all(staging, ignored);
+  }
   if (failure) std::rethrow_exception(failure);
   for (int r = 0; r < model.world_size(); ++r) {
     if (all[r * row_size].item<int64_t>() != 0) {

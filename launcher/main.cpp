@@ -71,6 +71,10 @@ int fail(const std::string& command, const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write past the file-size limit (`ulimit -f`, which some batch systems set) then fails with
+  // EFBIG, and the error names the file and the bytes it needed, instead of the signal killing
+  // the process that wrote it. Workers start from this program and keep the disposition.
+  signal(SIGXFSZ, SIG_IGN);
   // Actors spawned by `ooze` itself (the trainer, engines) run in workers started from this
   // program: such a process serves its actor here and never returns.
   ooze::actors::run_worker_if_requested();

@@ -1,12 +1,10 @@
 #include "core/atomic_file.h"
 
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +17,7 @@
 
 #include "core/error.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/process.h"
 
 namespace ooze {
@@ -40,26 +39,7 @@ std::string pattern(size_t size, char seed) {
   return bytes;
 }
 
-// Lowers the file-size limit so that writes past `bytes` fail with EFBIG, a real write error
-// that needs no special file system; restores the limit and SIGXFSZ's disposition on exit.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    getrlimit(RLIMIT_FSIZE, &saved_);
-    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);  // the write fails instead of killing us
-    rlimit limited = saved_;
-    limited.rlim_cur = bytes;
-    setrlimit(RLIMIT_FSIZE, &limited);
-  }
-  ~FileSizeLimit() {
-    setrlimit(RLIMIT_FSIZE, &saved_);
-    std::signal(SIGXFSZ, previous_handler_);
-  }
-
- private:
-  rlimit saved_{};
-  void (*previous_handler_)(int) = nullptr;
-};
+using ::ooze::testing::FileSizeLimit;
 
 class AtomicFileTest : public ::testing::Test {
  protected:
@@ -189,6 +169,35 @@ TEST_F(AtomicFileTest, AFailedWriteKeepsTheOldFileAndNamesTheOsError) {
   EXPECT_CONTAINS(message, std::strerror(EFBIG));
   EXPECT_EQ(read_file(target), "old");
   EXPECT_EQ(entries(), std::set<std::string>{"optim.safetensors"});
+}
+
+// A writer that knows its size reserves it first: a full disk then fails before any byte is
+// written, and the message says how many bytes the file needed and how many are free.
+TEST_F(AtomicFileTest, AReservationThatDoesNotFitFailsAtOnceNamingTheBytes) {
+  const std::string target = path("model.safetensors");
+  write_file_atomically(target, "old");
+  std::string message;
+  {
+    FileSizeLimit limit(64 * 1024);
+    message = io_error_of([&] {
+      AtomicFile file(target);
+      file.reserve(1 << 20);
+      ADD_FAILURE() << "reserved past the file-size limit";
+    });
+  }
+  EXPECT_CONTAINS(message, "'" + target + "': reserving its space failed");
+  EXPECT_CONTAINS(message, std::strerror(EFBIG));
+  EXPECT_CONTAINS(message, "(the file needs 1048576 bytes, ");
+  EXPECT_CONTAINS(message, " bytes free on its filesystem)");
+  EXPECT_EQ(read_file(target), "old");
+  EXPECT_EQ(entries(), std::set<std::string>{"model.safetensors"});
+
+  // Within the limit the reservation holds the file's size, and the written file is exact.
+  AtomicFile file(target);
+  file.reserve(5);
+  file.write("new!!");
+  file.commit();
+  EXPECT_EQ(read_file(target), "new!!");
 }
 
 TEST_F(AtomicFileTest, AFailedStreamWriteIsReportedByCommit) {

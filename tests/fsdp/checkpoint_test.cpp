@@ -1,7 +1,8 @@
 // Sharded checkpoints (fsdp/checkpoint.h) across real rank processes (tests/fsdp/fsdp_worker.cpp)
 // on loopback with Gloo: a run saved at W = 2 and resumed at W = 1, 2 and 4 continues exactly
 // as the uninterrupted run; a save interrupted by a dying rank leaves the previous checkpoint
-// the latest; damaged checkpoints are refused, naming the file and the problem.
+// the latest; a save or HF export that runs out of disk leaves the previous one whole and says
+// what it needed; damaged checkpoints are refused, naming the file and the problem.
 #include "fsdp/checkpoint.h"
 
 #include <ATen/Parallel.h>
@@ -20,8 +21,10 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "fsdp/fsdp_transformer.h"
+#include "fsdp/hf_export.h"
 #include "fsdp/sharded_adamw.h"
 #include "tests/fsdp/worker_launcher.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/process.h"
 #include "tests/support/training_fixture.h"
 
@@ -290,6 +293,76 @@ TEST(FsdpCheckpoint, InterruptedSaveLeavesThePreviousCheckpointLatest) {
   LocalTrainer last;
   EXPECT_EQ(ooze::fsdp::load_checkpoint(ckpt, last.model.sharded(), &last.optimizer).iteration, 4);
   EXPECT_EQ(max_difference(last.parameters(), at_four), 0.0);
+}
+
+// A save or an HF export that runs out of room stops at once with an IoError naming the file,
+// the bytes it needed and the space there is, leaves no staging behind, and leaves the previous
+// checkpoint the latest and loadable bit for bit.
+TEST(FsdpCheckpoint, AFullDiskLeavesThePreviousCheckpointAndSaysWhatWasNeeded) {
+  at::set_num_threads(1);
+  const std::string ckpt = ooze::testing::make_temp_dir("fsdp-ckpt-full") + "/ckpt";
+  LocalTrainer trainer;
+  ooze::fsdp::save_checkpoint(ckpt, {1, 1, kGlobalSequences}, trainer.model.sharded(),
+                              trainer.optimizer);
+  const auto saved = trainer.parameters();
+  const auto model_file = fs::path(ckpt) / "iter_0000001" / "model_rank00000.safetensors";
+  const uintmax_t model_bytes = fs::file_size(model_file);
+  TrainSettings settings;
+  settings.first_step = 1;
+  settings.steps = 1;
+  train_fsdp(trainer.model, trainer.optimizer, settings);
+
+  std::string message;
+  {
+    ooze::testing::FileSizeLimit limit(model_bytes / 2);
+    try {
+      ooze::fsdp::save_checkpoint(ckpt, {2, 2, 2 * kGlobalSequences}, trainer.model.sharded(),
+                                  trainer.optimizer);
+    } catch (const ooze::IoError& e) {
+      message = e.what();
+    }
+  }
+  ASSERT_FALSE(message.empty()) << "a save past the file-size limit succeeded";
+  for (const std::string& piece :
+       {std::string("iter_0000002.tmp/model_rank00000.safetensors"),
+        "the file needs " + std::to_string(model_bytes) + " bytes", std::string("File too large"),
+        std::string("bytes free on its filesystem")}) {
+    EXPECT_NE(message.find(piece), std::string::npos) << "'" << piece << "' is not in: " << message;
+  }
+  EXPECT_FALSE(fs::exists(ckpt + "/iter_0000002.tmp"));
+  EXPECT_FALSE(fs::exists(ckpt + "/iter_0000002"));
+  EXPECT_EQ(read_file(ckpt + "/latest_checkpointed_iteration.txt"), "1\n");
+  LocalTrainer resumed;
+  EXPECT_EQ(
+      ooze::fsdp::load_checkpoint(ckpt, resumed.model.sharded(), &resumed.optimizer).iteration, 1);
+  EXPECT_EQ(max_difference(resumed.parameters(), saved), 0.0);
+
+  // The same for a Hugging Face export over an earlier one: the earlier stays whole.
+  const std::string hf = fs::path(ckpt).parent_path().string() + "/hf";
+  ooze::fsdp::export_hf_model(hf, resumed.model, "");
+  auto files_of = [&] {
+    std::map<std::string, std::string> files;
+    for (const fs::directory_entry& entry : fs::directory_iterator(hf)) {
+      files[entry.path().filename().string()] = read_file(entry.path().string());
+    }
+    return files;
+  };
+  const std::map<std::string, std::string> exported = files_of();
+  message.clear();
+  {
+    ooze::testing::FileSizeLimit limit(64);
+    try {
+      ooze::fsdp::export_hf_model(hf, trainer.model, "");
+    } catch (const ooze::IoError& e) {
+      message = e.what();
+    }
+  }
+  EXPECT_NE(message.find("File too large (the file needs"), std::string::npos) << message;
+  EXPECT_EQ(files_of(), exported);
+  for (const fs::directory_entry& entry : fs::directory_iterator(fs::path(hf).parent_path())) {
+    EXPECT_EQ(entry.path().filename().string().find("hf.tmp"), std::string::npos)
+        << entry.path() << " was left behind";
+  }
 }
 
 // Loading `ckpt` into `model` at W = 1 throws FormatError whose message contains every piece.

@@ -350,6 +350,32 @@ TEST(TrainCommandTest, TheSftRolloutTrainsOnLabelsAndResumesAtItsPromptPositionO
   }
 }
 
+// A checkpoint that does not fit (here a file-size limit, `ulimit -f`, which fails a write as a
+// full disk does) stops the run with the file and the bytes it needed, and leaves no partial
+// checkpoint behind. The tiny model's rank files are over 500 KB; its logs and metrics stay
+// under the 64 KiB limit.
+TEST(TrainCommandTest, ACheckpointThatDoesNotFitStopsTheRunNamingTheFileAndItsBytes) {
+  if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
+  const std::string dir = ::ooze::testing::make_temp_dir("train-command-full-disk");
+  std::vector<std::string> command = {"/bin/bash", "-c", "ulimit -f 64 && exec \"$0\" \"$@\""};
+  for (const std::string& arg : ::ooze::testing::tiny_train_command(
+           dir, {"--save", dir + "/ckpt", "--save-interval", "1"})) {
+    command.push_back(arg);
+  }
+  ::ooze::testing::Process run(command, {{"OMP_NUM_THREADS", "1"}}, dir + "/log.txt");
+  const ::ooze::testing::ExitStatus status = run.wait(180s);
+  EXPECT_TRUE(status.exited && status.code == 1) << status.describe() << "\n" << run.output();
+  const std::string output = run.output();
+  for (const std::string& piece :
+       {"iter_0000002.tmp/model_rank00000.safetensors", "File too large (the file needs ",
+        "bytes free on its filesystem"}) {
+    EXPECT_NE(output.find(piece), std::string::npos) << "'" << piece << "' is not in:\n" << output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt/latest_checkpointed_iteration.txt"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt/iter_0000002.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt/iter_0000002"));
+}
+
 TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
   if (!std::filesystem::exists(ooze_binary())) GTEST_SKIP() << ooze_binary() << " not built";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
