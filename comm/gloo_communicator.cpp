@@ -521,9 +521,12 @@ class GlooCommunicator final : public Communicator {
   // --- failures --------------------------------------------------------------------------
 
   // Builds the message for a failed operation: what, where, how long, and which ranks are to
-  // blame. Ranks that left the rendezvous store have exited. For collectives (seq > 0) the
-  // survivors also post their arrival and look for each other's for a short grace period;
-  // ranks alive but absent are stuck elsewhere. For transfers the peer is the suspect.
+  // blame. Ranks that left the rendezvous store have exited. For collectives (seq > 0) that timed
+  // out the survivors also post their arrival and look for each other's for a short grace
+  // period; ranks alive but absent are stuck elsewhere. A collective that failed otherwise (a
+  // peer's connection closed: it died, or left the group) is reported at once, so that the
+  // caller can close its own end and its peers' pending operations fail as fast. For transfers
+  // the peer is the suspect.
   std::string diagnose(const std::string& what, const std::string& detail, uint64_t seq,
                        Clock::time_point start, const std::string& reason,
                        std::vector<int> suspects) {
@@ -533,7 +536,7 @@ class GlooCommunicator final : public Communicator {
     if (!detail.empty()) out << " on " << detail;
     out << " failed after " << elapsed << " ms: " << reason << ".";
     try {
-      if (seq > 0) suspects = ranks_not_arriving_at(seq);
+      if (seq > 0 && is_timeout(reason)) suspects = ranks_not_arriving_at(seq);
       std::vector<int> connected = root_store_->connected_ranks();
       std::vector<int> exited, stuck;
       for (int r = 0; r < size_; ++r) {
@@ -580,11 +583,14 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
+  // Gloo says "Timed out" in its exceptions' text; it has no type of its own for it.
+  static bool is_timeout(const std::string& text) {
+    return text.find("imed out") != std::string::npos || text.find("imeout") != std::string::npos;
+  }
+
   static CommError make_error(const std::exception& cause, const std::string& message) {
-    std::string text = cause.what();
-    bool timed_out = dynamic_cast<const CommTimeoutError*>(&cause) != nullptr ||
-                     text.find("imed out") != std::string::npos ||
-                     text.find("imeout") != std::string::npos;
+    const bool timed_out =
+        dynamic_cast<const CommTimeoutError*>(&cause) != nullptr || is_timeout(cause.what());
     if (timed_out) return CommTimeoutError(message);
     return CommError(message);
   }

@@ -414,13 +414,16 @@ void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncRep
     if (broadcast_failure.empty()) sending = group_->broadcast_async(buffer, 0);
   }
   if (sending) wait_sending(plan.size() - 1);
+  // A failed broadcast (a member died) leaves the group out of step: the next sync forms a new
+  // one. Closing this end now, before waiting for the engines, fails the receives they still
+  // have pending from this rank at once; they would otherwise wait out --weight-sync-timeout.
+  if (!broadcast_failure.empty()) group_.reset();
   const Clock::time_point start = Clock::now();
   for (size_t i = 0; i < targets.size(); ++i) {
     await(receiving[i], "receiving the buckets", options_.timeout(), targets[i].failure);
     if (!broadcast_failure.empty() && targets[i].ok()) targets[i].failure = broadcast_failure;
   }
   report.transfer_seconds += seconds_since(start);
-  if (!broadcast_failure.empty()) group_.reset();  // out of step: the next sync forms a new one
   // GPU memory goes back to training (and to a colocated engine) between syncs.
   if (broadcast_buffers_[0].is_cuda()) {
     broadcast_buffers_[0] = at::Tensor();

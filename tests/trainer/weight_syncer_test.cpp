@@ -262,6 +262,52 @@ TEST_F(WeightSyncerFaultTest, AnEngineThatDiedBeforeTheBroadcastLeavesNoStaleGro
   expect_engines_match_trainer("float32", 3);
 }
 
+// A broadcast engine killed while the buckets are on the wire (a whole sync takes tens of ms
+// here, so kills 1 to 10 ms in land during it): the sync fails within seconds, not after
+// --weight-sync-timeout (60 s here), naming the dead engine; the survivor does not wait out its
+// own timeout either; and the next full sync reaches both. Before the trainer closed its end of a
+// failed group at once, such a kill cost the whole timeout.
+TEST_F(WeightSyncerFaultTest, AnEngineKilledDuringTheBroadcastFailsTheSyncInSeconds) {
+  spawn_engines(2, "float32", /*max_restarts=*/3);
+  WeightSyncOptions options = sync_options(4096);
+  options.timeout_seconds = 60;
+  WeightSyncer syncer(trainer_->sharded(), at::kFloat, engines_, EnginePlacement::kDisaggregated,
+                      options, "death-test");
+  change_trainer_weights(1);
+  syncer.sync(1);
+  int64_t version = 1;
+  for (int delay_ms : {1, 5, 10}) {
+    change_trainer_weights(static_cast<uint64_t>(++version));
+    const int pid = engines_[1].info().pid;
+    std::thread killer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      actors::kill(engines_[1], /*allow_restart=*/true);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      syncer.sync(version);
+    } catch (const WeightSyncError& e) {
+      message = e.what();
+    }
+    const auto took = std::chrono::steady_clock::now() - start;
+    killer.join();
+    EXPECT_LT(took, 10s) << "killed " << delay_ms << " ms in: " << message;
+    if (!message.empty()) {
+      EXPECT_CONTAINS(message, "engine 1 (");
+      EXPECT_EQ(message.find("no answer within"), std::string::npos) << message;
+    }
+    ASSERT_TRUE(eventually([&] {
+      const actors::ActorInfo info = engines_[1].info();
+      return info.state == actors::ActorState::kAlive && info.pid != pid;
+    }));
+    engines_[1].wait_ready();
+    change_trainer_weights(static_cast<uint64_t>(++version));
+    EXPECT_EQ(syncer.sync(version).engines, 2);
+  }
+  expect_engines_match_trainer("float32", version);
+}
+
 TEST_F(WeightSyncerFaultTest, AHundredSyncsLeaveNoSharedMemoryBehind) {
   const int64_t before = shared_memory_segments();
   spawn_engines(2, "float32");
