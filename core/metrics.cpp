@@ -1,10 +1,15 @@
 #include "core/metrics.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace ooze {
@@ -68,6 +73,41 @@ void MetricsSink::log_object(int64_t step, const nlohmann::json& metrics) {
   for (const auto& [name, value] : metrics.items()) line[name] = value;
   std::string text = line.dump() + "\n";
   if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0) {
+    throw IoError("cannot write metrics file '" + path_ + "': " + std::strerror(errno));
+  }
+}
+
+int64_t MetricsSink::drop_steps_from(int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::ifstream in(path_, std::ios::binary);
+  std::string kept, line;
+  int64_t dropped = 0;
+  while (std::getline(in, line)) {
+    // A line without its newline at the end of the file was cut short by a crash.
+    const bool whole = !in.eof();
+    const nlohmann::json parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool earlier = whole && parsed.is_object() && parsed.contains("step") &&
+                         parsed["step"].is_number_integer() && parsed["step"].get<int64_t>() < step;
+    if (earlier) {
+      kept += line + "\n";
+    } else {
+      ++dropped;
+    }
+  }
+  if (dropped == 0) return 0;
+  std::fclose(file_);
+  file_ = nullptr;
+  write_file_atomically(path_, kept);
+  file_ = std::fopen(path_.c_str(), "a");
+  if (file_ == nullptr) {
+    throw IoError("cannot open metrics file '" + path_ + "': " + std::strerror(errno));
+  }
+  return dropped;
+}
+
+void MetricsSink::sync() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) {
     throw IoError("cannot write metrics file '" + path_ + "': " + std::strerror(errno));
   }
 }

@@ -3,8 +3,9 @@
 // `wall_time` is seconds since the Unix epoch, `elapsed` seconds since the sink was created.
 //
 // The file is opened in append mode (a resumed run continues the same file) and flushed after
-// every line, so a crash loses at most the line being written. JSON has no NaN or Infinity:
-// non-finite values are written as null. Safe to call from several threads.
+// every line, so a crash loses at most the line being written. A resumed run that does steps
+// again drops their old lines first (drop_steps_from), so each step is recorded once. JSON has
+// no NaN or Infinity: non-finite values are written as null. Safe to call from several threads.
 #pragma once
 
 #include <chrono>
@@ -34,6 +35,13 @@ class MetricsSink {
   void log(int64_t step, const Json& metrics) {
     log_object(step, metrics);
   }
+
+  // Rewrites the file (atomically) without its lines of `step` or later, and without a line a
+  // crash cut short: a run resumed at `step` records those steps anew. Returns the lines dropped.
+  int64_t drop_steps_from(int64_t step);
+
+  // The lines so far on disk (fsync), before a checkpoint that must not outlive them.
+  void sync();
 
   const std::string& path() const { return path_; }
 

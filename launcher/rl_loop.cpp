@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <ostream>
+#include <utility>
 
 #include "actors/runtime.h"
 #include "core/atomic_file.h"
@@ -213,6 +214,7 @@ int64_t RlLoop::resume() {
   }
   out_ << "resumed from " << load_dir << " at iteration " << progress.iteration << ", rollout "
        << first_rollout << std::endl;
+  log_.resume_at(first_rollout);
   return first_rollout;
 }
 
@@ -293,21 +295,26 @@ void RlLoop::learn(int64_t rollout_id, GeneratedRollout generated, double train_
       }
     }
   }
-  const std::string save_dir = config_.get<std::string>("save");
-  const int64_t save_interval = config_.get<int64_t>("save_interval");
-  const bool last = rollout_id + 1 == plan_.num_rollout;
-  if (!save_dir.empty() && plan_.with_trainers &&
-      (last || (save_interval > 0 && (rollout_id + 1) % save_interval == 0))) {
-    start = Clock::now();
-    save(rollout_id + 1);
-    line["perf/save_time"] = seconds_since(start);
-  }
   if (supervisor_) {
     line["rollout/engines_restarted"] = static_cast<double>(engines_restarted_);
     engines_restarted_ = 0;
   }
   line["perf/step_time"] = seconds_since(step_start);
+  // The checkpoint written after the previous rollout.
+  if (last_save_seconds_) line["perf/save_time"] = *std::exchange(last_save_seconds_, {});
+  // The rollout's line before its checkpoint: killed in between, the resumed run does the
+  // rollout again and drops the line (RunLog::resume_at); the other way round it would be lost.
   log_.rollout(rollout_id, line);
+  const std::string save_dir = config_.get<std::string>("save");
+  const int64_t save_interval = config_.get<int64_t>("save_interval");
+  const bool last = rollout_id + 1 == plan_.num_rollout;
+  if (!save_dir.empty() && plan_.with_trainers &&
+      (last || (save_interval > 0 && (rollout_id + 1) % save_interval == 0))) {
+    log_.before_checkpoint();
+    start = Clock::now();
+    save(rollout_id + 1);
+    last_save_seconds_ = seconds_since(start);
+  }
 }
 
 rollout::RolloutResult RlLoop::generate(int64_t rollout_id) {

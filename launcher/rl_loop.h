@@ -95,6 +95,9 @@ class RlLoop {
   const algorithms::AlgorithmOptions algorithm_;
   std::ostream& out_;
   RunLog log_;
+  // The last checkpoint's time, reported in the line of the rollout after it (the line of the
+  // rollout before it is on disk before the checkpoint is written).
+  std::optional<double> last_save_seconds_;
   std::unique_ptr<rollout::PromptSource> source_;
   // --opd-type engine: the teacher's engines (launched, or --opd-teacher-url), scoring the
   // samples during the rollout; before the manager, which holds it.

@@ -113,4 +113,15 @@ void RunLog::rollout(int64_t rollout_id, const MetricLine& line) {
   last_step_.clear();
 }
 
+void RunLog::before_checkpoint() { metrics_.sync(); }
+
+void RunLog::resume_at(int64_t first_rollout) {
+  const int64_t dropped = metrics_.drop_steps_from(first_rollout);
+  if (dropped > 0) {
+    out_ << "metrics: " << dropped << " lines of rollout " << first_rollout
+         << " and later dropped from " << metrics_.path() << " (those rollouts run again)"
+         << std::endl;
+  }
+}
+
 }  // namespace ooze::launcher

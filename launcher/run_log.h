@@ -34,6 +34,12 @@ class RunLog {
   void eval(int64_t rollout_id, const MetricLine& line);
   // Ends the rollout: its line, then the summary (which quotes its last train step).
   void rollout(int64_t rollout_id, const MetricLine& line);
+  // A checkpoint is about to be written: the lines so far go to disk first, so that a
+  // checkpoint never names a rollout whose line could still be lost.
+  void before_checkpoint();
+  // A run resumed at `first_rollout` does the rollouts from there again: their lines from
+  // before (metrics.jsonl; TensorBoard keeps both) are dropped, so that each is recorded once.
+  void resume_at(int64_t first_rollout);
 
  private:
   void record(int64_t rollout_id, int64_t tensorboard_step, const MetricLine& line);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <thread>
@@ -71,6 +72,33 @@ TEST(MetricsSinkTest, AppendsToAnExistingFile) {
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0]["step"], 1);
   EXPECT_EQ(lines[1]["step"], 2);
+}
+
+// A run resumed at step 2 drops the lines of steps 2 and later (they are recorded again) and a
+// last line a crash cut short, keeps the earlier ones byte for byte, and appends after them.
+TEST(MetricsSinkTest, DroppingStepsFromAResumePointKeepsEachStepOnce) {
+  std::string path = testing::make_temp_dir("metrics") + "/metrics.jsonl";
+  {
+    MetricsSink sink(path);
+    for (int64_t step : {0, 1, 1, 2, 3}) sink.log(step, {{"loss", static_cast<double>(step)}});
+  }
+  std::ifstream whole(path);
+  std::string before_two, line;
+  for (int i = 0; i < 3 && std::getline(whole, line); ++i) before_two += line + "\n";
+  whole.close();
+  std::ofstream(path, std::ios::app) << "{\"step\":1,\"wall_ti";  // cut short by a crash
+
+  MetricsSink resumed(path);
+  EXPECT_EQ(resumed.drop_steps_from(2), 3);  // steps 2 and 3, and the torn line
+  std::ifstream after(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(after), {}), before_two);
+  resumed.log(2, {{"loss", 20.0}});
+  resumed.sync();
+  std::vector<nlohmann::json> lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[3]["step"], 2);
+  EXPECT_DOUBLE_EQ(lines[3]["loss"].get<double>(), 20.0);
+  EXPECT_EQ(resumed.drop_steps_from(3), 0);  // nothing of step 3 or later
 }
 
 TEST(MetricsSinkTest, NonFiniteValuesAreNull) {

@@ -366,9 +366,8 @@ TEST(TrainCommandTest, ACheckpointThatDoesNotFitStopsTheRunNamingTheFileAndItsBy
   const ::ooze::testing::ExitStatus status = run.wait(180s);
   EXPECT_TRUE(status.exited && status.code == 1) << status.describe() << "\n" << run.output();
   const std::string output = run.output();
-  for (const std::string& piece :
-       {"iter_0000002.tmp/model_rank00000.safetensors", "File too large (the file needs ",
-        "bytes free on its filesystem"}) {
+  for (const char* piece : {"iter_0000002.tmp/model_rank00000.safetensors",
+                            "File too large (the file needs ", "bytes free on its filesystem"}) {
     EXPECT_NE(output.find(piece), std::string::npos) << "'" << piece << "' is not in:\n" << output;
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt/latest_checkpointed_iteration.txt"));

@@ -50,23 +50,39 @@ std::vector<std::string> seeded_job(const std::string& dir,
   return checkpointing_train_command(dir, job);
 }
 
-// The last line metrics.jsonl holds for each rollout and for each optimizer step: a restarted
-// run wrote the rollouts after its checkpoint again, and the later lines are the ones that stand.
+// metrics.jsonl's line of each rollout ("perf/step_time": not an evaluation's) and of each
+// optimizer step, and how many lines each had: a resumed run drops the lines of the rollouts it
+// does again, so each is recorded once.
 struct Metrics {
   std::map<int64_t, json> rollouts;  // by rollout id ("step")
   std::map<int64_t, json> steps;     // by "train/step"
+  std::map<int64_t, int> rollout_lines, step_lines;
 };
 
 Metrics read_metrics(const std::string& dir) {
   Metrics metrics;
   for (const json& line : ::ooze::testing::read_json_lines(dir + "/out/metrics.jsonl")) {
     if (line.contains("train/step")) {
-      metrics.steps[static_cast<int64_t>(line["train/step"].get<double>())] = line;
-    } else {
+      const auto step = static_cast<int64_t>(line["train/step"].get<double>());
+      metrics.steps[step] = line;
+      ++metrics.step_lines[step];
+    } else if (line.contains("perf/step_time")) {
       metrics.rollouts[line["step"].get<int64_t>()] = line;
+      ++metrics.rollout_lines[line["step"].get<int64_t>()];
     }
   }
   return metrics;
+}
+
+// Every rollout 0..rollouts-1 and every step of `steps` has exactly one line.
+void expect_each_recorded_once(const Metrics& metrics, int64_t rollouts, size_t steps) {
+  EXPECT_EQ(metrics.rollout_lines.size(), static_cast<size_t>(rollouts));
+  for (int64_t rollout = 0; rollout < rollouts; ++rollout) {
+    EXPECT_EQ(metrics.rollout_lines.count(rollout) ? metrics.rollout_lines.at(rollout) : 0, 1)
+        << "rollout " << rollout;
+  }
+  EXPECT_EQ(metrics.step_lines.size(), steps);
+  for (const auto& [step, count] : metrics.step_lines) EXPECT_EQ(count, 1) << "step " << step;
 }
 
 // Every rollout/* and train/* metric of `line` equals `expected`'s to 1e-5 (the others are
@@ -143,9 +159,10 @@ TEST_F(TrainRestartTest, AKilledTrainerRankRestartsTheJobFromItsLastCheckpointTo
   ASSERT_GE(first_rollout, 1) << "no \"" << resumed << "\" in:\n" << output;
   ASSERT_LT(first_rollout, kRollouts) << "the rank died after the last rollout";
 
-  // From the restart on, the rollouts and steps are the uninterrupted run's.
-  // (A rollout's line follows its checkpoint: killed in between, the job never wrote it.)
+  // Each rollout and step has one line, and from the restart on they are the uninterrupted
+  // run's.
   const Metrics restarted = read_metrics(dir);
+  expect_each_recorded_once(restarted, kRollouts, expected.steps.size());
   ASSERT_EQ(restarted.steps.size(), expected.steps.size());
   for (int64_t rollout = first_rollout; rollout < kRollouts; ++rollout) {
     ASSERT_TRUE(restarted.rollouts.count(rollout)) << "no line of rollout " << rollout;
@@ -186,7 +203,7 @@ TEST_F(TrainRestartTest, ARankKilledBeforeAnyCheckpointRestartsTheRunFromItsStar
   // The first and the second time, rollout 0 is the same.
   std::vector<json> first_rollouts;
   for (const json& line : ::ooze::testing::read_json_lines(dir + "/out/metrics.jsonl")) {
-    if (!line.contains("train/step") && line["step"] == 0) first_rollouts.push_back(line);
+    if (line.contains("perf/step_time") && line["step"] == 0) first_rollouts.push_back(line);
   }
   ASSERT_EQ(first_rollouts.size(), 2u);
   expect_same_metrics(first_rollouts[1], first_rollouts[0], "rollout 0 after the restart");
@@ -256,6 +273,14 @@ TEST_F(TrainRestartTest, AKilledDriverLeavesNoProcessOfTheJobAndItsLastCheckpoin
       << resumed.output();
   EXPECT_GT(std::stoll(read_file(dir + "/save/latest_checkpointed_iteration.txt")), iteration)
       << "the resumed run did not save its rollout";
+  // Killed anywhere (between a rollout's line and its checkpoint too), each rollout of the two
+  // runs has one line.
+  const Metrics metrics = read_metrics(dir);
+  EXPECT_EQ(metrics.rollout_lines.size(), static_cast<size_t>(next_rollout + 1));
+  for (const auto& [rollout, count] : metrics.rollout_lines) {
+    EXPECT_EQ(count, 1) << "rollout " << rollout;
+  }
+  for (const auto& [step, count] : metrics.step_lines) EXPECT_EQ(count, 1) << "step " << step;
 }
 
 }  // namespace train_restart_test
