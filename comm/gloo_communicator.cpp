@@ -43,6 +43,9 @@ constexpr uint8_t kPointToPointSlot = 0x7f;
 // loopback 1 to 8 MiB chunks measured alike; smaller chunks fill the chain sooner.
 constexpr size_t kBroadcastChunkBytes = size_t{2} << 20;
 constexpr size_t kChainBroadcastMinBytes = 2 * kBroadcastChunkBytes;
+// How long a collective that failed on a closed connection waits for the rendezvous store to
+// see the peer that closed it go, so that the error names it as exited (diagnose).
+constexpr std::chrono::milliseconds kDepartureWindow(250);
 
 std::string join_ranks(const std::vector<int>& ranks) {
   std::ostringstream out;
@@ -524,9 +527,9 @@ class GlooCommunicator final : public Communicator {
   // blame. Ranks that left the rendezvous store have exited. For collectives (seq > 0) that timed
   // out the survivors also post their arrival and look for each other's for a short grace
   // period; ranks alive but absent are stuck elsewhere. A collective that failed otherwise (a
-  // peer's connection closed: it died, or left the group) is reported at once, so that the
-  // caller can close its own end and its peers' pending operations fail as fast. For transfers
-  // the peer is the suspect.
+  // peer's connection closed: it died, or left the group) waits only until the store sees a
+  // rank go, at most kDepartureWindow, so that the caller can close its own end soon and its
+  // peers' pending operations fail as fast. For transfers the peer is the suspect.
   std::string diagnose(const std::string& what, const std::string& detail, uint64_t seq,
                        Clock::time_point start, const std::string& reason,
                        std::vector<int> suspects) {
@@ -537,6 +540,7 @@ class GlooCommunicator final : public Communicator {
     out << " failed after " << elapsed << " ms: " << reason << ".";
     try {
       if (seq > 0 && is_timeout(reason)) suspects = ranks_not_arriving_at(seq);
+      if (seq > 0 && !is_timeout(reason)) wait_for_a_departure();
       std::vector<int> connected = root_store_->connected_ranks();
       std::vector<int> exited, stuck;
       for (int r = 0; r < size_; ++r) {
@@ -563,6 +567,21 @@ class GlooCommunicator final : public Communicator {
              "first group) has most likely exited.";
     }
     return out.str();
+  }
+
+  // Until the rendezvous store no longer lists some rank of this group (a dead peer's
+  // connection to it closes when its connections to this rank do, but the store notices a
+  // moment later), or kDepartureWindow has passed.
+  void wait_for_a_departure() {
+    const auto deadline = Clock::now() + kDepartureWindow;
+    while (Clock::now() < deadline) {
+      const std::vector<int> connected = root_store_->connected_ranks();
+      if (connected.empty()) return;  // a store that cannot tell
+      for (int global : global_ranks_) {
+        if (!std::binary_search(connected.begin(), connected.end(), global)) return;
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
   }
 
   // Posts this rank's arrival at collective `seq` and returns the ranks whose arrival does not

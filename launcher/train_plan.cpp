@@ -4,6 +4,7 @@
 
 #include "algorithms/algorithm_options.h"
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "engine/engine.h"
 #include "launcher/engine_supervisor.h"
 #include "launcher/slime_flags.h"
@@ -378,10 +379,20 @@ void check_model_directory(const std::string& dir, const std::string& flag) {
     throw ConfigError(flag + " " + dir + " has no config.json" + what_to_give);
   }
   models::load_model_config(dir);  // names what is wrong in config.json
+  bool has_weights = false;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
-    if (entry.path().extension() == ".safetensors") return;
+    has_weights |= entry.path().extension() == ".safetensors";
   }
-  throw ConfigError(flag + " " + dir + " has no *.safetensors weights" + what_to_give);
+  if (!has_weights) {
+    throw ConfigError(flag + " " + dir + " has no *.safetensors weights" + what_to_give);
+  }
+  // The headers only (the files are mapped, not read): a truncated or malformed file, or an
+  // index naming a missing shard, is refused before any worker starts to load it.
+  try {
+    ShardedSafetensors::open(dir);
+  } catch (const Error& e) {
+    throw ConfigError(flag + " " + dir + ": " + e.what());
+  }
 }
 
 const ConfigSchema& train_schema() {

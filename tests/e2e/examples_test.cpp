@@ -320,9 +320,10 @@ TEST(ExamplesTest, MultiTurnRunCallsTheCalculatorDuringRollouts) {
 }
 
 // The distillation example in miniature: a teacher from the demo's GRPO, written with --save-hf,
-// then two students from the same warm start, here LoRA students (STUDENT_ARGS), one of them
-// distilled: LoRA and on-policy distillation through `ooze train` as users run them.
-TEST(ExamplesTest, DistillationRunTrainsATeacherAndDistillsItIntoALoraStudent) {
+// then two students from the same warm start, here LoRA students (STUDENT_ARGS), distilled from
+// the sampled tokens and from whole distributions: LoRA and on-policy distillation through
+// `ooze train` as users run them.
+TEST(ExamplesTest, DistillationRunTrainsATeacherAndDistillsItIntoLoraStudents) {
   const std::string out = ::ooze::testing::make_temp_dir("example-distillation");
   ::ooze::testing::Process process(
       {"/bin/bash", std::string(OOZE_SOURCE_DIR) + "/examples/distillation/run.sh", out},
@@ -336,15 +337,19 @@ TEST(ExamplesTest, DistillationRunTrainsATeacherAndDistillsItIntoALoraStudent) {
   const ::ooze::testing::ExitStatus status = process.wait(600s);
   ASSERT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << process.output();
   EXPECT_TRUE(fs::exists(out + "/teacher/config.json")) << "no teacher written by --save-hf";
-  EXPECT_NE(process.output().find("GRPO + OPD:"), std::string::npos) << process.output();
+  for (const char* curve : {"GRPO alone (the teacher):", "OPD, sampled tokens:",
+                            "OPD, whole distributions:", "reaches "}) {
+    EXPECT_NE(process.output().find(curve), std::string::npos) << process.output();
+  }
 
-  for (const std::string student : {"grpo", "opd"}) {
+  for (const std::string student : {"opd-sampled", "opd-full-vocab"}) {
     std::ifstream metrics(out + "/" + student + "/grpo/metrics.jsonl");
     std::string line;
-    std::vector<double> opd_kl, sync_bytes;
+    std::vector<double> opd_kl, opd_jsd, sync_bytes;
     while (std::getline(metrics, line)) {
       const json parsed = json::parse(line);
       if (parsed.contains("train/opd_kl")) opd_kl.push_back(parsed["train/opd_kl"]);
+      if (parsed.contains("train/opd_jsd")) opd_jsd.push_back(parsed["train/opd_jsd"]);
       if (parsed.contains("perf/update_weights_bytes")) {
         sync_bytes.push_back(parsed["perf/update_weights_bytes"]);
       }
@@ -352,12 +357,12 @@ TEST(ExamplesTest, DistillationRunTrainsATeacherAndDistillsItIntoALoraStudent) {
     // LoRA: the first sync sends the base, the next only the adapted weights.
     ASSERT_EQ(sync_bytes.size(), static_cast<size_t>(kRollouts)) << student;
     EXPECT_LT(sync_bytes[1], sync_bytes[0]) << student;
-    if (student == "opd") {
-      ASSERT_EQ(opd_kl.size(), static_cast<size_t>(kRollouts));
-      for (double kl : opd_kl) EXPECT_TRUE(std::isfinite(kl));
-    } else {
-      EXPECT_TRUE(opd_kl.empty());
-    }
+    // Sampled tokens shape the advantages (train/opd_kl per rollout); whole distributions add
+    // the JSD to the loss (train/opd_jsd per step) instead.
+    const bool sampled = student == "opd-sampled";
+    EXPECT_EQ(opd_kl.size(), sampled ? static_cast<size_t>(kRollouts) : 0u) << student;
+    EXPECT_EQ(opd_jsd.empty(), sampled) << student;
+    for (double value : sampled ? opd_kl : opd_jsd) EXPECT_TRUE(std::isfinite(value)) << student;
   }
 }
 

@@ -395,6 +395,8 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
        "--rollout-function-path lib.so:generate is not a Python function"},
       {{"--hf-checkpoint", "DIR"}, "has no config.json"},
       {{"--hf-checkpoint", "DIR/config_only"}, "has no *.safetensors weights"},
+      {{"--hf-checkpoint", "DIR/truncated"}, "model.safetensors': tensor '"},
+      {{"--hf-checkpoint", "DIR/truncated"}, "the file is truncated"},
       {{"--async", "--colocate"}, "drop --colocate (or --async)"},
       {{"--async", "--rollout-function-path", "sft", "--loss-type", "sft_loss",
         "--n-samples-per-prompt", "1", "--global-batch-size", "2"},
@@ -427,10 +429,13 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
   };
   for (auto [flags, expected] : cases) {
     const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");
-    // DIR: a directory that is not a model; DIR/config_only: a model's config.json alone.
+    // DIR: a directory that is not a model; DIR/config_only: a model's config.json alone;
     std::filesystem::create_directories(dir + "/config_only");
     std::filesystem::copy_file(::ooze::testing::tiny_model_dir() + "/config.json",
                                dir + "/config_only/config.json");
+    // DIR/truncated: a model whose weights file was cut short.
+    std::filesystem::copy(::ooze::testing::tiny_model_dir(), dir + "/truncated");
+    std::filesystem::resize_file(dir + "/truncated/model.safetensors", 10000);
     for (std::string& flag : flags) {
       if (flag.rfind("DIR", 0) == 0) flag = dir + flag.substr(3);
       if (flag.rfind("HOOKS", 0) == 0) flag = OOZE_TEST_HOOKS_DIR + flag.substr(5);

@@ -103,22 +103,30 @@ TEST(SelfDistillationStep, TheStepsJsdIsThatOfThePlainModelReadingBothContexts) 
   EXPECT_NEAR(out.metrics.at("loss"), expected, 1e-6 * expected + 1e-9);
 }
 
+// `opd_jsd` over 15 steps of `policy` on the JSD alone (zero advantages) against `teacher`.
+std::vector<double> jsd_over_steps(fsdp::FsdpTransformer& policy, ReferenceModel& teacher,
+                                   const TrainStepOptions& options, double lr,
+                                   const std::vector<fsdp::PackingSample>& batch) {
+  fsdp::ShardedAdamWOptions adam;
+  adam.weight_decay = 0.0;
+  fsdp::ShardedAdamW optimizer(policy.sharded(), adam);
+  std::vector<double> jsd;
+  for (int step = 0; step < 15; ++step) {
+    std::vector<fsdp::PackingSample> samples = batch;
+    set_old_log_probs(policy, samples, options);
+    jsd.push_back(
+        train_step(policy, optimizer, lr, samples, options, {&teacher.transformer(), false})
+            .metrics.at("opd_jsd"));
+  }
+  return jsd;
+}
+
 TEST(SelfDistillationStep, OnTheJsdAloneTheStudentMovesToItsPrivilegedTeacher) {
   at::set_num_threads(1);
   fsdp::FsdpTransformer policy(make_model(true), nullptr, {});
   ReferenceModel teacher = ReferenceModel::copy_of(policy);
-  fsdp::ShardedAdamWOptions adam;
-  adam.weight_decay = 0.0;
-  fsdp::ShardedAdamW optimizer(policy.sharded(), adam);
-  const TrainStepOptions options = self_distillation(0.5, 0.0);
-  std::vector<double> jsd;
-  for (int step = 0; step < 15; ++step) {
-    std::vector<fsdp::PackingSample> samples = privileged_samples();
-    set_old_log_probs(policy, samples, options);
-    jsd.push_back(
-        train_step(policy, optimizer, 3e-4, samples, options, {&teacher.transformer(), false})
-            .metrics.at("opd_jsd"));
-  }
+  const std::vector<double> jsd =
+      jsd_over_steps(policy, teacher, self_distillation(0.5, 0.0), 3e-4, privileged_samples());
   EXPECT_LT(jsd.back(), 0.1 * jsd.front()) << "first " << jsd.front() << ", last " << jsd.back();
 }
 
@@ -192,18 +200,8 @@ TEST(FullVocabularyDistillationStep, OnTheJsdAloneTheStudentMovesToItsTeacher) {
   at::set_num_threads(1);
   fsdp::FsdpTransformer policy(make_model(true), nullptr, {});
   ReferenceModel teacher(make_model(true, kInitSeed + 1), nullptr, {});
-  fsdp::ShardedAdamWOptions adam;
-  adam.weight_decay = 0.0;
-  fsdp::ShardedAdamW optimizer(policy.sharded(), adam);
-  const TrainStepOptions options = full_vocabulary_distillation();
-  std::vector<double> jsd;
-  for (int step = 0; step < 15; ++step) {
-    std::vector<fsdp::PackingSample> samples = plain_samples();
-    set_old_log_probs(policy, samples, options);
-    jsd.push_back(
-        train_step(policy, optimizer, 3e-3, samples, options, {&teacher.transformer(), false})
-            .metrics.at("opd_jsd"));
-  }
+  const std::vector<double> jsd =
+      jsd_over_steps(policy, teacher, full_vocabulary_distillation(), 3e-3, plain_samples());
   EXPECT_LT(jsd.back(), 0.2 * jsd.front()) << "first " << jsd.front() << ", last " << jsd.back();
 }
 
