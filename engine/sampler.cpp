@@ -7,6 +7,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "models/log_softmax.h"
 
 namespace ooze::engine {
 namespace {
@@ -214,7 +215,7 @@ SampledTokens sample_tokens(const torch::Tensor& logits, const std::vector<Sampl
   }
   const at::Tensor tempered =
       all_untempered ? values : values / column(temperature, at::kFloat, device);
-  const at::Tensor log_probs = at::log_softmax(tempered, /*dim=*/1);
+  const at::Tensor log_probs = models::log_softmax_fp64_sum(tempered);
 
   at::Tensor token_ids = at::empty({n_rows}, values.options().dtype(at::kLong));
   if (!greedy.empty()) {
@@ -307,7 +308,7 @@ SampledTokens score_tokens(const torch::Tensor& logits, const std::vector<int64_
   const int64_t n_rows = logits.size(0);
   if (n_rows == 0) return out;
   const at::Device device = logits.device();
-  const at::Tensor log_probs = at::log_softmax(logits.to(at::kFloat), /*dim=*/1);
+  const at::Tensor log_probs = models::log_softmax_fp64_sum(logits.to(at::kFloat));
   const at::Tensor target_ids = long_tensor(targets, device).view({n_rows, 1});
   const at::Tensor chosen = log_probs.gather(1, target_ids).view({n_rows}).cpu().contiguous();
   out.token_ids = targets;

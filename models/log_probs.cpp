@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/log_softmax.h"
 
 namespace ooze {
 namespace models {
@@ -94,10 +95,14 @@ class TokenLogProbsFunction : public torch::autograd::Function<TokenLogProbsFunc
     for (int64_t start = 0; start < tokens; start += chunk_tokens) {
       const int64_t end = std::min(tokens, start + chunk_tokens);
       at::Tensor logits = chunk_logits(hidden, weight, start, end, temperature);
-      at::Tensor lse = at::logsumexp(logits, {1});
+      // log p_t = (z_t - max) - log sum exp(z - max), the sum in fp64 (models/log_softmax.h);
+      // backward needs only lse = max + log sum.
+      const at::Tensor max = std::get<0>(logits.max(1));
+      const at::Tensor log_sum = log_sum_exp_shifted(logits, max);
       at::Tensor target_logits =
           logits.gather(1, targets.slice(0, start, end).unsqueeze(1)).squeeze(1);
-      log_probs.slice(0, start, end).copy_(target_logits - lse);
+      log_probs.slice(0, start, end).copy_((target_logits - max) - log_sum);
+      const at::Tensor lse = max + log_sum;
       logsumexp.slice(0, start, end).copy_(lse);
       if (with_entropy) {
         at::Tensor log_p = logits.sub_(lse.unsqueeze(1));  // in place: logits are done

@@ -13,6 +13,7 @@
 #include "models/causal_attention.h"
 #include "models/context_parallel_split.h"
 #include "models/log_probs.h"
+#include "models/log_softmax.h"
 #include "models/lora.h"
 #include "trainer/python_loss.h"
 
@@ -182,7 +183,7 @@ at::Tensor vocabulary_log_probs(fsdp::FsdpTransformer& model, const at::Tensor& 
                                 const at::Tensor& rows, double temperature) {
   const at::Tensor logits =
       at::matmul(hidden.index_select(0, rows), model.lm_head_weight().t()).to(at::kFloat);
-  return at::log_softmax(logits / temperature, -1);
+  return models::log_softmax_fp64_sum(logits / temperature);
 }
 
 // The head runs over the vocabulary a chunk of tokens at a time (models/log_probs.h), in
