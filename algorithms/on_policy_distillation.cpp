@@ -71,15 +71,14 @@ const OptionFields<OpdOptions>& OpdOptions::fields() {
           "with weight --opd-kl-coef, as GKD does) instead of shaping the advantage with the "
           "sampled tokens' log-probs. --opd-type self always does.");
     f.add("opsd_beta", &O::opsd_beta,
-          "--opd-type self or --opd-full-vocab: the generalized JSD's weight of the teacher in the "
-          "mixture; 0 is "
-          "KL(teacher || student), 1 is KL(student || teacher), 0.5 the symmetric JSD.")
+          "--opd-type self or --opd-full-vocab: the generalized JSD's weight of the teacher in "
+          "the mixture; 0 is KL(teacher || student), 1 is KL(student || teacher), 0.5 the "
+          "symmetric JSD.")
         .min(0)
         .max(1);
     f.add("opsd_jsd_clip", &O::opsd_jsd_clip,
           "--opd-type self or --opd-full-vocab: cap on each token's JSD (tokens above it pull no "
-          "further); 0: no "
-          "cap.")
+          "further); 0: no cap.")
         .min(0);
     f.add("opsd_privileged_info_key", &O::opsd_privileged_info_key,
           "--opd-type self: the sample field the teacher sees after the prompt: label (the "
