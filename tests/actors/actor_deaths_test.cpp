@@ -98,6 +98,11 @@ TEST_F(ActorDeathsTest, DeadActorsListsTheDeathsKillDidNotAskFor) {
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(200));
 
   kill(killed);
+  // kill() returns before the process is gone; once the runtime has seen it die, calls fail.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (killed.info().state != ActorState::kDead && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_THROW(killed.call(&Counter::get).get(), ActorDiedError);
   ASSERT_EQ(::kill(crashed_pid, SIGKILL), 0);
   start = Clock::now();
