@@ -10,6 +10,11 @@ foreach(dir ${TORCH_INCLUDE_DIRS})
   target_include_directories(Torch::Torch SYSTEM INTERFACE ${dir})
 endforeach()
 message(STATUS "ooze: LibTorch ${Torch_VERSION}")
+# LibTorch's headers require C++20 from 2.13 on (an #error in ATen's headers otherwise).
+if(Torch_VERSION VERSION_GREATER_EQUAL 2.13 AND CMAKE_CXX_STANDARD LESS 20)
+  message(STATUS "ooze: LibTorch ${Torch_VERSION} needs C++20; compiling as C++20")
+  set(CMAKE_CXX_STANDARD 20)
+endif()
 
 # Users' Python hooks run in an embedded CPython: by default Debian's /usr/bin/python3, whose
 # python3-torch is the same LibTorch build ooze links (a python3 earlier on PATH, from pyenv or a
@@ -22,12 +27,29 @@ find_package(Python3 REQUIRED COMPONENTS Interpreter Development.Embed)
 find_package(pybind11 CONFIG REQUIRED)
 message(STATUS "ooze: Python hooks run in ${Python3_EXECUTABLE} (${Python3_VERSION})")
 
-find_package(Gloo REQUIRED)
+# Gloo: Debian's libgloo by default. A PyTorch install links its own Gloo into libtorch_cpu; where
+# that copy's symbols are exported, a second Gloo in the same process would interpose on it, so
+# -DOOZE_GLOO_FROM_TORCH=ON compiles against the Gloo headers that install ships and links no
+# other (scripts/gpu/check.sh decides).
+option(OOZE_GLOO_FROM_TORCH "Use the Gloo inside LibTorch (headers under its include directory)" OFF)
+if(OOZE_GLOO_FROM_TORCH)
+  find_path(OOZE_TORCH_GLOO_INCLUDE gloo/context.h PATHS ${TORCH_INCLUDE_DIRS} NO_DEFAULT_PATH)
+  if(NOT OOZE_TORCH_GLOO_INCLUDE)
+    message(FATAL_ERROR "ooze: OOZE_GLOO_FROM_TORCH, but LibTorch ships no gloo/context.h")
+  endif()
+  add_library(gloo INTERFACE IMPORTED)
+  target_link_libraries(gloo INTERFACE Torch::Torch)
+  set(GLOO_INCLUDE_DIRS ${OOZE_TORCH_GLOO_INCLUDE})
+else()
+  find_package(Gloo REQUIRED)
+endif()
 find_package(nlohmann_json 3 REQUIRED)
 find_package(GTest REQUIRED)
 
 find_path(OOZE_CEREAL_INCLUDE cereal/cereal.hpp REQUIRED)
 find_path(OOZE_ZMQ_INCLUDE zmq.hpp REQUIRED)
+# Boost.Beast and Boost.Asio, header-only (serving/).
+find_path(OOZE_BOOST_INCLUDE boost/beast.hpp REQUIRED)
 find_library(OOZE_ZMQ_LIB zmq REQUIRED)
 find_path(OOZE_PCRE2_INCLUDE pcre2.h REQUIRED)
 find_library(OOZE_PCRE2_LIB pcre2-8 REQUIRED)
@@ -54,7 +76,8 @@ if(OOZE_WITH_NCCL)
   find_path(OOZE_NCCL_INCLUDE nccl.h
             HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include ENV NCCL_HOME
             PATH_SUFFIXES include)
-  find_library(OOZE_NCCL_LIB nccl
+  # NAMES libnccl.so.2: the NCCL of PyTorch's pip packages (nvidia-nccl-*) has no unversioned link.
+  find_library(OOZE_NCCL_LIB NAMES nccl libnccl.so.2
                HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 ENV NCCL_HOME
                PATH_SUFFIXES lib lib64)
   if(CUDAToolkit_FOUND AND OOZE_NCCL_INCLUDE AND OOZE_NCCL_LIB)

@@ -1,5 +1,7 @@
 #include "models/causal_attention.h"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -15,6 +17,18 @@ namespace {
 torch::Tensor attend_one_sequence(const torch::Tensor& q, const torch::Tensor& k,
                                   const torch::Tensor& v, int64_t first_query_position,
                                   double scale) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  // LibTorch 2.5+ on CUDA: a whole causal sequence (no cached past: SDPA's causal mask is aligned
+  // top-left) goes to scaled_dot_product_attention, whose flash and memory-efficient kernels
+  // never hold the [L, L] scores. A chunk after a cached past stays on the path below.
+  if (q.is_cuda() && first_query_position == 0 && q.size(0) == k.size(0)) {
+    auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1).unsqueeze(0); };
+    torch::Tensor out = at::scaled_dot_product_attention(
+        heads_first(q), heads_first(k), heads_first(v), /*attn_mask=*/{}, /*dropout_p=*/0.0,
+        /*is_causal=*/true, scale, /*enable_gqa=*/true);
+    return out.squeeze(0).transpose(0, 1).contiguous();  // [Lq, heads, d]
+  }
+#endif
   const int64_t num_queries = q.size(0), heads = q.size(1), head_dim = q.size(2);
   const int64_t kv_heads = k.size(1), group = heads / kv_heads;
   const int64_t per_query = heads * std::max<int64_t>(k.size(0), 1);
