@@ -500,6 +500,22 @@ std::optional<int64_t> latest_checkpoint_iteration(const std::string& dir) {
   return std::stoll(text);
 }
 
+void rewind_checkpoints(const std::string& dir, std::optional<int64_t> iteration) {
+  const std::optional<int64_t> latest = latest_checkpoint_iteration(dir);
+  if (!latest || (iteration && *latest <= *iteration)) return;
+  const fs::path tracker = fs::path(dir) / kLatestIterationFile;
+  if (!iteration) {
+    fs::remove(tracker);
+    sync_directory(dir);
+    return;
+  }
+  if (!fs::exists(checkpoint_iteration_dir(dir, *iteration))) {
+    throw IoError("rewind_checkpoints: " + checkpoint_iteration_dir(dir, *iteration) +
+                  " does not exist; the tracker keeps naming iteration " + std::to_string(*latest));
+  }
+  write_file_atomically(tracker.string(), std::to_string(*iteration) + "\n");
+}
+
 void save_checkpoint(const std::string& dir, const TrainingProgress& progress,
                      FullyShardedModule& model, ShardedAdamW& optimizer) {
   if (progress.iteration < 0 || progress.iteration > 9999999) {

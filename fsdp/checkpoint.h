@@ -69,6 +69,13 @@ void save_checkpoint(const std::string& dir, const TrainingProgress& progress,
 // Throws ooze::FormatError when the tracker does not hold an iteration number.
 std::optional<int64_t> latest_checkpoint_iteration(const std::string& dir);
 
+// Points the tracker in `dir` back at `iteration` (whose checkpoint must be there), or, with
+// nullopt, at none. The later ones become leftovers of saves that did not count, which a save of
+// their iteration replaces. A PPO run does this for its critic when it resumes in place or starts
+// over: the critic's checkpoint of a rollout can be on disk while the policy's of the same
+// rollout was cut short, and the run does that rollout again.
+void rewind_checkpoints(const std::string& dir, std::optional<int64_t> iteration);
+
 struct CheckpointLoadOptions {
   std::optional<int64_t> iteration;  // default: the tracker's (Megatron's --ckpt-step)
   // Restore each rank's RNG state (Megatron's --no-load-rng turns this off). At a world size

@@ -58,8 +58,8 @@ ConfigSchema build_start_schema() {
       "resources", "",
       "This node's resources as JSON, e.g. {\"CPU\":8,\"GPU\":4}; default: detected.");
   schema.add_string("token", "",
-                    "Cluster token; --head generates one when empty, a joining node reads "
-                    "$OOZE_CLUSTER_TOKEN or /tmp/ooze/cluster/token.");
+                    "Cluster token; when empty, --head takes $OOZE_CLUSTER_TOKEN or generates "
+                    "one, a joining node reads $OOZE_CLUSTER_TOKEN or /tmp/ooze/cluster/token.");
   schema.add_int("node_timeout_ms", 10000, "With --head: a node silent this long is dead.")
       .min(100);
   schema
@@ -183,6 +183,10 @@ int serve(const Config& flags, int ready_fd) {
   { std::ofstream(pid_file()) << getpid() << "\n"; }
   std::string token = flags.get<std::string>("token");
   bool is_head = flags.get<bool>("head");
+  // A batch script (examples/cluster/slurm.sbatch) sets one token in the environment of every
+  // task before anything starts: the head takes it too.
+  const char* from_environment = std::getenv("OOZE_CLUSTER_TOKEN");
+  if (token.empty() && is_head && from_environment != nullptr) token = from_environment;
   if (token.empty()) token = is_head ? Security::generate_token() : find_cluster_token();
   if (token.empty()) {
     throw ConfigError(

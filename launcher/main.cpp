@@ -1,5 +1,6 @@
 // The `ooze` command line.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -75,6 +76,14 @@ int main(int argc, char** argv) {
   // EFBIG, and the error names the file and the bytes it needed, instead of the signal killing
   // the process that wrote it. Workers start from this program and keep the disposition.
   signal(SIGXFSZ, SIG_IGN);
+  // Each HTTP connection, actor socket and checkpoint file is a descriptor, and distributions
+  // still default to a soft limit of 1,024 (a server with a thousand clients would refuse the
+  // next): take the hard limit, as SGLang does.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   // Actors spawned by `ooze` itself (the trainer, engines) run in workers started from this
   // program: such a process serves its actor here and never returns.
   ooze::actors::run_worker_if_requested();

@@ -189,19 +189,51 @@ void RlLoop::run() {
 }
 
 // --load: the trainer's state, then where the rollouts stood; the engines, started from the
-// initial model, get the loaded weights before they generate.
+// initial model, get the loaded weights before they generate. A --load directory with no
+// checkpoint yet starts the run from --hf-checkpoint (as Megatron and Slime do), so that one
+// command both starts a run and resumes it (--load and --save the same directory); unless
+// --ckpt-step names an iteration, which must then be there.
+//
+// Either way, lines an earlier attempt left in metrics.jsonl for the rollouts this run does
+// (again) go: every rollout is recorded once.
 int64_t RlLoop::resume() {
   const std::string load_dir = config_.get<std::string>("load");
-  if (load_dir.empty() || !plan_.with_trainers) return 0;
+  const bool iteration_named = config_.get<int64_t>("ckpt_step") >= 0;
+  if (!load_dir.empty() && plan_.with_trainers && !iteration_named &&
+      !fsdp::latest_checkpoint_iteration(load_dir)) {
+    out_ << "--load " << load_dir << " holds no checkpoint yet: the run starts from --hf-checkpoint"
+         << std::endl;
+  } else if (!load_dir.empty() && plan_.with_trainers) {
+    const int64_t first_rollout = load(load_dir);
+    log_.resume_at(first_rollout);
+    return first_rollout;
+  }
+  // Starting over where the policy has no checkpoint yet: a critic checkpoint there is of a
+  // rollout this run does again.
+  const std::string save_dir = config_.get<std::string>("save");
+  if (plan_.with_critic && !save_dir.empty() && !fsdp::latest_checkpoint_iteration(save_dir)) {
+    fsdp::rewind_checkpoints(critic_dir(save_dir), std::nullopt);
+  }
+  log_.resume_at(0);
+  return 0;
+}
+
+int64_t RlLoop::load(const std::string& load_dir) {
   const fsdp::TrainingProgress progress =
       actors::get_all(job_.trainers.call_all(&trainer::TrainActor::load, load_dir)).front();
   const nlohmann::json state = read_rollout_state(load_dir, progress.iteration);
   const int64_t first_rollout = state["next_rollout_id"].get<int64_t>();
   optimizer_steps_ = state["optimizer_steps"].get<int64_t>();
   if (plan_.with_critic) {
+    const int64_t critic_iteration = state["critic_iteration"].get<int64_t>();
     actors::get_all(job_.critics.call_all(&trainer::TrainActor::load_iteration,
-                                          critic_dir(load_dir),
-                                          state["critic_iteration"].get<int64_t>()));
+                                          critic_dir(load_dir), critic_iteration));
+    // Resuming in place: a critic checkpoint after that one is of a rollout this run does again.
+    const std::string save_dir = config_.get<std::string>("save");
+    if (!save_dir.empty() && std::filesystem::weakly_canonical(save_dir) ==
+                                 std::filesystem::weakly_canonical(load_dir)) {
+      fsdp::rewind_checkpoints(critic_dir(load_dir), critic_iteration);
+    }
   }
   if (manager_ && !state["rollout_manager"].is_null()) manager_->restore(state["rollout_manager"]);
   if (manager_) manager_->load_data_source(first_rollout - 1);
@@ -214,7 +246,6 @@ int64_t RlLoop::resume() {
   }
   out_ << "resumed from " << load_dir << " at iteration " << progress.iteration << ", rollout "
        << first_rollout << std::endl;
-  log_.resume_at(first_rollout);
   return first_rollout;
 }
 

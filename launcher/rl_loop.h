@@ -67,7 +67,8 @@ class RlLoop {
   void run();
 
  private:
-  int64_t resume();  // returns the first rollout id
+  int64_t resume();                           // returns the first rollout id
+  int64_t load(const std::string& load_dir);  // a checkpoint: its first rollout id
   GeneratedRollout generate_rollout(int64_t rollout_id);
   void learn(int64_t rollout_id, GeneratedRollout generated, double train_wait,
              std::chrono::steady_clock::time_point step_start);

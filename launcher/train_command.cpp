@@ -1,7 +1,6 @@
 #include "launcher/train_command.h"
 
 #include <exception>
-#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <ostream>
@@ -9,7 +8,6 @@
 #include "actors/runtime.h"
 #include "core/config.h"
 #include "core/logging.h"
-#include "fsdp/checkpoint.h"
 #include "launcher/commands.h"
 #include "launcher/experiment_data.h"
 #include "launcher/job_restarts.h"
@@ -86,12 +84,9 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
     }
   }
 
-  // --max-restarts: a trainer rank's death restarts the job from its last checkpoint. One with
-  // no checkpoint yet starts over: the lines its failed attempt added to metrics.jsonl go first
-  // (a restart from a checkpoint drops those of the rollouts it does again, RunLog::resume_at).
-  const std::filesystem::path metrics = config->get<std::string>("output_dir") + "/metrics.jsonl";
-  const uintmax_t metrics_before =
-      std::filesystem::exists(metrics) ? std::filesystem::file_size(metrics) : 0;
+  // --max-restarts: a trainer rank's death restarts the job from its last checkpoint (from its
+  // start when there is none yet); the restarted run drops the metrics lines of the rollouts it
+  // does again (RlLoop::resume).
   for (int64_t restarts = 0;; ++restarts) {
     try {
       run_job(*config, plan, data, out);
@@ -103,11 +98,8 @@ int run_train_command(const std::vector<std::string>& args, std::ostream& out) {
       std::cerr << "ooze train: " << error.what() << std::endl;
       report_dead_actors("train", error.what(), deaths, std::cerr);
       actors::shutdown();
-      const std::string save_dir = config->get<std::string>("save");
-      if (!fsdp::latest_checkpoint_iteration(save_dir) && std::filesystem::exists(metrics)) {
-        std::filesystem::resize_file(metrics, metrics_before);
-      }
-      config = restart_config(schema, args, save_dir, restarts + 1, plan.max_restarts, std::cerr);
+      config = restart_config(schema, args, config->get<std::string>("save"), restarts + 1,
+                              plan.max_restarts, std::cerr);
     }
   }
 }

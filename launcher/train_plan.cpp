@@ -4,13 +4,14 @@
 
 #include "algorithms/algorithm_options.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 #include "engine/engine.h"
 #include "launcher/engine_supervisor.h"
 #include "launcher/slime_flags.h"
 #include "launcher/train_data_hooks.h"
+#include "models/hf_checkpoint.h"
 #include "models/lora.h"
 #include "models/model_config.h"
+#include "models/transformer.h"
 #include "rollout/prompt_source.h"
 #include "rollout/reward_model.h"
 #include "rollout/rollout_hooks.h"
@@ -386,10 +387,12 @@ void check_model_directory(const std::string& dir, const std::string& flag) {
   if (!has_weights) {
     throw ConfigError(flag + " " + dir + " has no *.safetensors weights" + what_to_give);
   }
-  // The headers only (the files are mapped, not read): a truncated or malformed file, or an
-  // index naming a missing shard, is refused before any worker starts to load it.
+  // The headers only (the files are mapped, not read): a truncated or malformed file, an index
+  // naming a missing shard, or a config.json whose shapes are not the weights' is refused before
+  // any worker starts to load it. The model's parameters are never touched, so this costs no
+  // memory whatever the model's size.
   try {
-    ShardedSafetensors::open(dir);
+    models::check_hf_weights(*models::TransformerModel(models::load_model_config(dir)), dir);
   } catch (const Error& e) {
     throw ConfigError(flag + " " + dir + ": " + e.what());
   }

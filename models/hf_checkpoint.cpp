@@ -76,45 +76,50 @@ void write_model_files(const fs::path& out, const ModelConfig& config, torch::nn
   fsync_path(out);
 }
 
-}  // namespace
+// What loading `checkpoint` into `model` would copy, after checking every name, shape and dtype
+// (load_hf_weights says what is an error).
+struct LoadPlan {
+  std::vector<std::pair<std::string, at::Tensor>> copies;  // checkpoint name -> destination
+  std::vector<std::string> missing, unexpected;            // errors when strict
+  bool tied_head_in_checkpoint = false;
+};
 
-void load_hf_weights(torch::nn::Module& model, const std::string& dir, bool strict) {
-  const ShardedSafetensors checkpoint = ShardedSafetensors::open(dir);
+LoadPlan plan_load(const torch::nn::Module& model, const ShardedSafetensors& checkpoint,
+                   const std::string& dir, bool strict) {
   const auto parameters = model.named_parameters(/*recurse=*/true);
   const auto buffers = model.named_buffers(/*recurse=*/true);
 
-  std::vector<std::string> errors, missing, unexpected;
-  std::vector<std::pair<std::string, at::Tensor>> copies;  // checkpoint name -> destination
+  LoadPlan plan;
+  std::vector<std::string> errors;
   for (const auto& item : parameters) {
-    if (!checkpoint.contains(item.key())) missing.push_back(item.key());
+    if (!checkpoint.contains(item.key())) plan.missing.push_back(item.key());
   }
-  bool tied_head_in_checkpoint = false;
   for (const std::string& name : checkpoint.names()) {
     const at::Tensor* target = parameters.find(name);
     if (target == nullptr) target = buffers.find(name);
     if (target != nullptr) {
       const std::string problem = check_compatible(checkpoint, name, *target);
       if (problem.empty()) {
-        copies.emplace_back(name, *target);
+        plan.copies.emplace_back(name, *target);
       } else {
         errors.push_back(problem);
       }
     } else if (ends_with(name, "rotary_emb.inv_freq")) {
       continue;
     } else if (name == "lm_head.weight" && parameters.contains("model.embed_tokens.weight")) {
-      tied_head_in_checkpoint = true;
+      plan.tied_head_in_checkpoint = true;
     } else {
-      unexpected.push_back(name);
+      plan.unexpected.push_back(name);
     }
   }
 
   if (strict) {
-    for (const std::string& name : missing) {
+    for (const std::string& name : plan.missing) {
       errors.push_back("missing: " + name +
                        " (a parameter of the model; no file of the "
                        "checkpoint has it)");
     }
-    for (const std::string& name : unexpected) {
+    for (const std::string& name : plan.unexpected) {
       errors.push_back("unexpected: " + name + " in " + checkpoint.file_of(name) +
                        " (the model has no parameter or buffer of that name)");
     }
@@ -125,21 +130,34 @@ void load_hf_weights(torch::nn::Module& model, const std::string& dir, bool stri
                       "):" + format_problems(errors) +
                       "\nCheck that config.json belongs to these weights.");
   }
+  return plan;
+}
+
+}  // namespace
+
+void check_hf_weights(const torch::nn::Module& model, const std::string& dir) {
+  plan_load(model, ShardedSafetensors::open(dir), dir, /*strict=*/false);
+}
+
+void load_hf_weights(torch::nn::Module& model, const std::string& dir, bool strict) {
+  const ShardedSafetensors checkpoint = ShardedSafetensors::open(dir);
+  const LoadPlan plan = plan_load(model, checkpoint, dir, strict);
   if (!strict) {
-    for (const std::string& name : missing) {
+    for (const std::string& name : plan.missing) {
       OOZE_LOG(WARN) << "load_hf_weights: " << name << " is not in checkpoint '" << dir
                      << "'; it keeps its current value";
     }
-    for (const std::string& name : unexpected) {
+    for (const std::string& name : plan.unexpected) {
       OOZE_LOG(WARN) << "load_hf_weights: skipping " << name << " of " << checkpoint.file_of(name)
                      << ": the model has no such parameter";
     }
   }
 
   torch::NoGradGuard no_grad;
-  for (auto& [name, target] : copies) target.copy_(checkpoint.tensor(name));
+  for (const auto& [name, target] : plan.copies) target.copy_(checkpoint.tensor(name));
 
-  if (tied_head_in_checkpoint) {
+  if (plan.tied_head_in_checkpoint) {
+    const auto parameters = model.named_parameters(/*recurse=*/true);
     // Tied models read the head from the embeddings; a different lm_head.weight would be lost.
     const at::Tensor& embeddings = parameters["model.embed_tokens.weight"];
     const at::Tensor head = checkpoint.tensor("lm_head.weight");

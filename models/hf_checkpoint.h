@@ -41,6 +41,12 @@ constexpr uint64_t kDefaultMaxShardBytes = 5ull * 1000 * 1000 * 1000;
 // Throws ooze::IoError when `dir` holds no checkpoint; FormatError for malformed files.
 void load_hf_weights(torch::nn::Module& model, const std::string& dir, bool strict = true);
 
+// load_hf_weights' checks alone, not strict: reads the files' headers and copies nothing, so a
+// model of uninitialised parameters (TransformerModel as constructed: its memory is never
+// touched) judges a directory of any size in milliseconds. Throws what load_hf_weights would:
+// a config.json whose shapes are not the weights' is refused before any process loads them.
+void check_hf_weights(const torch::nn::Module& model, const std::string& dir);
+
 // Writes a Hugging Face model directory at `dir`:
 //   config.json              config.to_json(); torch_dtype is that of the saved weights
 //   model.safetensors        or model-0000i-of-0000n.safetensors + model.safetensors.index.json

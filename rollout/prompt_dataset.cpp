@@ -27,6 +27,8 @@ using nlohmann::json;
 
 // At most this many bad lines are spelled out in the error; the rest are counted.
 constexpr size_t kReportedBadLines = 5;
+// The longest prompt line read: 16 MiB of text is millions of tokens.
+constexpr size_t kMaxLineBytes = size_t{16} << 20;
 
 // A problem with one line, caught per line so every line is checked.
 struct LineProblem {
@@ -197,6 +199,14 @@ json parse_if_json_text(const json& value, const std::string& key) {
 }
 
 ParsedLine parse_line(const Record& record, const PromptDatasetOptions& options) {
+  // Refused before parsing: a JSON parse and a tokenization of a line of hundreds of MiB would
+  // take tens of GiB, for a prompt no model's context holds.
+  if (record.text.size() > kMaxLineBytes) {
+    throw LineProblem{"the line is " + std::to_string(record.text.size() >> 20) +
+                      " MiB; a prompt line may hold at most " +
+                      std::to_string(kMaxLineBytes >> 20) +
+                      " MiB (millions of tokens, beyond any model's context)"};
+  }
   json object;
   try {
     object = json::parse(record.text);
@@ -449,7 +459,10 @@ PromptDataset::PromptDataset(PromptDatasetOptions options, const models::Tokeniz
     }
   }
   records_read_ = static_cast<int64_t>(records.size());
-  if (const json first = json::parse(records.front().text, nullptr, false); first.is_object()) {
+  if (const json first = records.front().text.size() <= kMaxLineBytes
+                             ? json::parse(records.front().text, nullptr, false)
+                             : json();
+      first.is_object()) {
     for (auto it = first.begin(); it != first.end(); ++it) first_record_keys_.push_back(it.key());
   }
 

