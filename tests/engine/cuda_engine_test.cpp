@@ -13,11 +13,8 @@
 
 #include "engine/engine.h"
 #include "tests/engine/tiny_engine_test.h"
+#include "tests/support/device_memory.h"
 #include "tests/support/tiny_model.h"
-
-#if defined(OOZE_TEST_CUDA_RUNTIME)
-#include <cuda_runtime.h>
-#endif
 
 namespace ooze::engine {
 namespace cuda_engine_test {
@@ -104,12 +101,6 @@ TEST(CudaEngine, Bfloat16PromptLogProbsStayNearFloat32) {
 }
 
 #if defined(OOZE_TEST_CUDA_RUNTIME)
-int64_t free_device_bytes() {
-  size_t free = 0, total = 0;
-  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
-  return static_cast<int64_t>(free);
-}
-
 TEST(CudaEngine, SleepHandsTheKvCacheBackAndWakeGivesTheSameTokens) {
   REQUIRE_CUDA();
   at::set_num_threads(1);
@@ -119,15 +110,15 @@ TEST(CudaEngine, SleepHandsTheKvCacheBackAndWakeGivesTheSameTokens) {
   Engine engine(o);
   const auto before = greedy_batch(engine);
 
-  const int64_t awake = free_device_bytes();
+  const int64_t awake = testing::free_device_bytes();
   engine.release_memory();
-  const int64_t asleep = free_device_bytes();
+  const int64_t asleep = testing::free_device_bytes();
   // The whole cache (and the weights, moved to host memory) goes back to the driver, not only
   // to LibTorch's caching allocator.
   EXPECT_GT(asleep - awake, 900LL << 20) << "freed " << ((asleep - awake) >> 20) << " MiB";
 
   engine.resume_memory();
-  EXPECT_LT(free_device_bytes(), asleep - (900LL << 20));
+  EXPECT_LT(testing::free_device_bytes(), asleep - (900LL << 20));
   const auto after = greedy_batch(engine);
   for (size_t i = 0; i < before.size(); ++i) {
     EXPECT_EQ(after[i].output_ids, before[i].output_ids) << "prompt " << i;

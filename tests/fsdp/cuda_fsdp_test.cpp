@@ -8,11 +8,8 @@
 
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/sharded_adamw.h"
+#include "tests/support/device_memory.h"
 #include "tests/support/training_fixture.h"
-
-#if defined(OOZE_TEST_CUDA_RUNTIME)
-#include <cuda_runtime.h>
-#endif
 
 namespace cuda_fsdp_test {
 
@@ -91,12 +88,6 @@ TEST(CudaFsdp, Bfloat16ComputeKeepsFloat32MastersOnTheDevice) {
 }
 
 #if defined(OOZE_TEST_CUDA_RUNTIME)
-int64_t free_device_bytes() {
-  size_t free = 0, total = 0;
-  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
-  return static_cast<int64_t>(free);
-}
-
 TEST(CudaFsdp, SleepHandsTheStateBackAndWakeTrainsOnAsWithoutIt) {
   REQUIRE_CUDA();
   // A model whose state (masters, gradients, Adam moments: 16 bytes a parameter) is about a GiB,
@@ -125,16 +116,16 @@ TEST(CudaFsdp, SleepHandsTheStateBackAndWakeTrainsOnAsWithoutIt) {
     state_bytes += 16.0 * slept.sharded().unit(u).master_shard().numel();
   }
 
-  const int64_t before = free_device_bytes();
+  const int64_t before = ::ooze::testing::free_device_bytes();
   slept.sleep();
   slept_adam.sleep();
-  const int64_t asleep = free_device_bytes();
+  const int64_t asleep = ::ooze::testing::free_device_bytes();
   EXPECT_GT(asleep - before, 0.9 * state_bytes)
       << "freed " << ((asleep - before) >> 20) << " MiB of a state of "
       << static_cast<int64_t>(state_bytes) / (1 << 20) << " MiB";
   slept.wake_up();
   slept_adam.wake_up();
-  EXPECT_LT(free_device_bytes(), asleep - static_cast<int64_t>(0.9 * state_bytes));
+  EXPECT_LT(::ooze::testing::free_device_bytes(), asleep - static_cast<int64_t>(0.9 * state_bytes));
 
   settings.first_step = 2;
   const TrainRecord after_sleep = train_fsdp(slept, slept_adam, settings);

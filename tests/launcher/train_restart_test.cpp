@@ -18,6 +18,7 @@
 
 #include "tests/launcher/tiny_train_command.h"
 #include "tests/support/process.h"
+#include "tests/support/random_kills.h"
 
 namespace ooze::launcher {
 namespace train_restart_test {
@@ -50,29 +51,11 @@ std::vector<std::string> seeded_job(const std::string& dir,
   return checkpointing_train_command(dir, job);
 }
 
-// metrics.jsonl's line of each rollout ("perf/step_time": not an evaluation's) and of each
-// optimizer step, and how many lines each had: a resumed run drops the lines of the rollouts it
-// does again, so each is recorded once.
-struct Metrics {
-  std::map<int64_t, json> rollouts;  // by rollout id ("step")
-  std::map<int64_t, json> steps;     // by "train/step"
-  std::map<int64_t, int> rollout_lines, step_lines;
-};
-
-Metrics read_metrics(const std::string& dir) {
-  Metrics metrics;
-  for (const json& line : ::ooze::testing::read_json_lines(dir + "/out/metrics.jsonl")) {
-    if (line.contains("train/step")) {
-      const auto step = static_cast<int64_t>(line["train/step"].get<double>());
-      metrics.steps[step] = line;
-      ++metrics.step_lines[step];
-    } else if (line.contains("perf/step_time")) {
-      metrics.rollouts[line["step"].get<int64_t>()] = line;
-      ++metrics.rollout_lines[line["step"].get<int64_t>()];
-    }
-  }
-  return metrics;
-}
+// metrics.jsonl's line of each rollout and of each optimizer step, and how many lines each had
+// (tests/support/random_kills.h): a resumed run drops the lines of the rollouts it does again, so
+// each is recorded once.
+using Metrics = ::ooze::testing::RunRecord;
+Metrics read_metrics(const std::string& dir) { return ::ooze::testing::read_run(dir); }
 
 // Every rollout 0..rollouts-1 and every step of `steps` has exactly one line.
 void expect_each_recorded_once(const Metrics& metrics, int64_t rollouts, size_t steps) {

@@ -50,39 +50,6 @@ std::string last_checkpoint(const std::string& save) {
   return save + name;
 }
 
-// The metrics, samples and last checkpoints a run left in `dir`.
-RunRecord read_record(const std::string& dir) {
-  RunRecord record;
-  if (fs::exists(dir + "/out/metrics.jsonl")) {
-    for (const json& line : read_json_lines(dir + "/out/metrics.jsonl")) {
-      if (line.contains("train/step")) {
-        const auto step = static_cast<int64_t>(line["train/step"].get<double>());
-        record.steps[step] = line;
-        ++record.step_lines[step];
-      } else if (line.contains("perf/step_time")) {
-        record.rollouts[line["step"].get<int64_t>()] = line;
-        ++record.rollout_lines[line["step"].get<int64_t>()];
-      }
-    }
-  }
-  if (fs::is_directory(dir + "/rollouts")) {
-    for (const auto& entry : fs::directory_iterator(dir + "/rollouts")) {
-      const std::string name = entry.path().stem().string();  // rollout_<id>
-      std::string samples, prompts;
-      for (const json& sample : read_json_lines(entry.path().string())) {
-        samples += sample["prompt"].dump() + sample["tokens"].dump() + sample["reward"].dump();
-        prompts += sample["prompt"].dump();
-      }
-      const int64_t rollout = std::stoll(name.substr(name.find('_') + 1));
-      record.samples[rollout] = samples;
-      record.prompts[rollout] = prompts;
-    }
-  }
-  record.checkpoint = last_checkpoint(dir + "/save");
-  record.critic_checkpoint = last_checkpoint(dir + "/save/critic");
-  return record;
-}
-
 // "" when every metric of `expected` that is not a timing equals `line`'s.
 std::string compare_metrics(const json& line, const json& expected, const std::string& what) {
   for (const auto& [key, value] : expected.items()) {
@@ -126,6 +93,38 @@ std::string compare_checkpoints(const std::string& dir, const std::string& expec
 
 }  // namespace
 
+RunRecord read_run(const std::string& dir) {
+  RunRecord record;
+  if (fs::exists(dir + "/out/metrics.jsonl")) {
+    for (const json& line : read_json_lines(dir + "/out/metrics.jsonl")) {
+      if (line.contains("train/step")) {
+        const auto step = static_cast<int64_t>(line["train/step"].get<double>());
+        record.steps[step] = line;
+        ++record.step_lines[step];
+      } else if (line.contains("perf/step_time")) {
+        record.rollouts[line["step"].get<int64_t>()] = line;
+        ++record.rollout_lines[line["step"].get<int64_t>()];
+      }
+    }
+  }
+  if (fs::is_directory(dir + "/rollouts")) {
+    for (const auto& entry : fs::directory_iterator(dir + "/rollouts")) {
+      const std::string name = entry.path().stem().string();  // rollout_<id>
+      std::string samples, prompts;
+      for (const json& sample : read_json_lines(entry.path().string())) {
+        samples += sample["prompt"].dump() + sample["tokens"].dump() + sample["reward"].dump();
+        prompts += sample["prompt"].dump();
+      }
+      const int64_t rollout = std::stoll(name.substr(name.find('_') + 1));
+      record.samples[rollout] = samples;
+      record.prompts[rollout] = prompts;
+    }
+  }
+  record.checkpoint = last_checkpoint(dir + "/save");
+  record.critic_checkpoint = last_checkpoint(dir + "/save/critic");
+  return record;
+}
+
 std::vector<KillJob> standard_kill_jobs() {
   const std::vector<std::string> workers = {"TrainActor_rank_0", "TrainActor_rank_1",
                                             "RolloutEngine"};
@@ -168,7 +167,7 @@ const RunRecord& RandomKills::baseline(const KillJob& job) {
   const auto start = Clock::now();
   Process run(command(job, dir), kOneThread, dir + "/log.txt");
   const ExitStatus status = run.wait(kRunTimeout);
-  RunRecord record = read_record(dir);
+  RunRecord record = read_run(dir);
   record.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   record.log = run.output();
   if (!status.exited || status.code != 0) {
@@ -186,7 +185,7 @@ RunRecord RandomKills::finish(const KillJob& job, const std::string& dir, KillTr
     Process run(command(job, dir), kOneThread, dir + "/log.txt");
     const ExitStatus status = run.wait(kRunTimeout);
     if ((status.exited && status.code == 0) || trial->resumes == kMaxResumes) {
-      RunRecord record = read_record(dir);
+      RunRecord record = read_run(dir);
       record.log = run.output();
       return record;
     }
@@ -259,7 +258,7 @@ KillTrial RandomKills::trial(const KillJob& job, std::mt19937& rng) {
       wait_until([&] { return processes_of_session(session).empty(); }, std::chrono::seconds(30));
     }
   }
-  RunRecord record = finished_cleanly ? read_record(dir) : finish(job, dir, &trial);
+  RunRecord record = finished_cleanly ? read_run(dir) : finish(job, dir, &trial);
   trial.mismatch = compare(job, record, expected, rollouts_);
   if (!trial.mismatch.empty()) trial.mismatch += " (runs in " + dir + ")";
   trial.matched = trial.mismatch.empty();

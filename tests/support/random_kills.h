@@ -55,6 +55,9 @@ struct RunRecord {
   std::string log;
 };
 
+// What a run left in `dir` (the layout of tests/support/train_job.h's checkpointing job).
+RunRecord read_run(const std::string& dir);
+
 struct KillTrial {
   std::string job;
   std::string victim;     // "driver" or a worker label; "" when the job ended first
