@@ -198,15 +198,15 @@ void RlLoop::run() {
 // (again) go: every rollout is recorded once.
 int64_t RlLoop::resume() {
   const std::string load_dir = config_.get<std::string>("load");
-  const bool iteration_named = config_.get<int64_t>("ckpt_step") >= 0;
-  if (!load_dir.empty() && plan_.with_trainers && !iteration_named &&
-      !fsdp::latest_checkpoint_iteration(load_dir)) {
+  if (!load_dir.empty() && plan_.with_trainers) {
+    const bool iteration_named = config_.get<int64_t>("ckpt_step") >= 0;
+    if (iteration_named || fsdp::latest_checkpoint_iteration(load_dir)) {
+      const int64_t first_rollout = load(load_dir);
+      log_.resume_at(first_rollout);
+      return first_rollout;
+    }
     out_ << "--load " << load_dir << " holds no checkpoint yet: the run starts from --hf-checkpoint"
          << std::endl;
-  } else if (!load_dir.empty() && plan_.with_trainers) {
-    const int64_t first_rollout = load(load_dir);
-    log_.resume_at(first_rollout);
-    return first_rollout;
   }
   // Starting over where the policy has no checkpoint yet: a critic checkpoint there is of a
   // rollout this run does again.

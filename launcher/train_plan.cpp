@@ -389,8 +389,8 @@ void check_model_directory(const std::string& dir, const std::string& flag) {
   }
   // The headers only (the files are mapped, not read): a truncated or malformed file, an index
   // naming a missing shard, or a config.json whose shapes are not the weights' is refused before
-  // any worker starts to load it. The model's parameters are never touched, so this costs no
-  // memory whatever the model's size.
+  // any worker starts to load it. The model's parameters are allocated but never touched: no
+  // page of them is resident, whatever the model's size.
   try {
     models::check_hf_weights(*models::TransformerModel(models::load_model_config(dir)), dir);
   } catch (const Error& e) {
