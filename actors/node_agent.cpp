@@ -14,6 +14,7 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -41,7 +42,20 @@ struct Worker {
   std::ofstream out_log, err_log;
   std::string last_err_line;
   bool kill_requested = false;
+  std::optional<std::chrono::steady_clock::time_point> stopped_since;  // seen in state T since
+  std::string killed_because;  // why the agent killed it, when it did on its own
 };
+
+// Whether `pid` is stopped by a signal: state T in /proc/PID/stat (after the parenthesised
+// command name, which may itself hold spaces or parentheses).
+bool stopped_by_signal(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t end_of_name = line.rfind(')');
+  return end_of_name != std::string::npos && end_of_name + 2 < line.size() &&
+         line[end_of_name + 2] == 'T';
+}
 
 std::string describe_exit(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
@@ -101,6 +115,7 @@ class NodeAgent::Loop {
 
   void run(const std::atomic<bool>& stopping) {
     auto last_heartbeat = Clock::now();
+    auto last_stop_check = Clock::now();
     last_head_reply_ = Clock::now();
     while (!stopping.load()) {
       std::vector<zmq::pollitem_t> items{{head_.handle(), 0, ZMQ_POLLIN, 0}};
@@ -132,6 +147,10 @@ class NodeAgent::Loop {
       }
       reap();
       auto now = Clock::now();
+      if (now - last_stop_check > std::chrono::milliseconds(200)) {
+        last_stop_check = now;
+        kill_stopped_workers(now);
+      }
       if (now - last_heartbeat > options_.heartbeat_interval) {
         last_heartbeat = now;
         request_head(method::kHeartbeat, "");
@@ -325,13 +344,36 @@ class NodeAgent::Loop {
       }
       while (read_output(worker, true)) {
       }
-      std::string reason = worker.kill_requested ? kKilledOnRequest : describe_exit(status);
+      std::string reason = worker.kill_requested            ? kKilledOnRequest
+                           : !worker.killed_because.empty() ? worker.killed_because
+                                                            : describe_exit(status);
       if (!worker.kill_requested && !worker.last_err_line.empty()) {
         reason += "; last stderr line: " + worker.last_err_line;
       }
       report_exit(worker.actor_id, worker.pid, reason);
       remove_shared_segments_of(worker.pid);  // tensors it sent that nobody received
       it = workers_.erase(it);
+    }
+  }
+
+  // SIGKILLs the workers that have been stopped by a signal for stopped_worker_timeout; reap()
+  // then reports them dead with the reason.
+  void kill_stopped_workers(Clock::time_point now) {
+    for (auto& [actor_id, worker] : workers_) {
+      if (!worker.killed_because.empty() || worker.kill_requested) continue;
+      if (!stopped_by_signal(worker.pid)) {
+        worker.stopped_since.reset();  // never stopped, or continued (SIGCONT) in time
+        continue;
+      }
+      if (!worker.stopped_since) worker.stopped_since = now;
+      const auto stopped =
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - *worker.stopped_since);
+      if (stopped < options_.stopped_worker_timeout) continue;
+      worker.killed_because = "stopped by a signal for " + std::to_string(stopped.count()) +
+                              " ms; killed by its node, since a stopped worker holds every "
+                              "collective its peers wait in";
+      OOZE_LOG(WARN) << worker.prefix << " " << worker.killed_because;
+      kill_worker_processes(worker.pid);
     }
   }
 

@@ -5,9 +5,13 @@
 // the workers and reports every exit (code or signal) to the head, which decides restarts.
 //
 // Workers die with their node agent (PR_SET_PDEATHSIG), and the agent stops them all when the
-// head has been silent for head_timeout: a lost head leaves no orphans. Each worker leads a
-// process group, which the agent kills when it kills or reaps the worker, so that what a worker
-// started goes with it.
+// head has been silent for head_timeout: a lost head leaves no orphans. A worker stopped by a
+// signal (SIGSTOP, SIGTSTP: state T) for stopped_worker_timeout is killed and reported dead,
+// because a stopped rank or engine keeps its sockets open and would hold every collective it is
+// part of until that collective's own timeout; killed, its peers' operations fail at once and the
+// fault-tolerance path takes over. (A debugger's stop is a trace stop, state t, and is left alone.)
+// Each worker leads a process group, which the agent kills when it kills or reaps the worker, so
+// that what a worker started goes with it.
 #pragma once
 
 #include <atomic>
@@ -31,6 +35,7 @@ struct NodeOptions {
   std::string session_dir;  // logs/ and sockets/ go here
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds head_timeout{10000};
+  std::chrono::milliseconds stopped_worker_timeout{5000};
 };
 
 // What this machine has: {"CPU": cores, "GPU": devices} (GPUs from CUDA_VISIBLE_DEVICES or

@@ -10,8 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 
+#include "core/atomic_file.h"
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/proto/event.pb.h"
@@ -54,6 +57,29 @@ std::string frame_record(const std::string& data) {
 
 // float32, TensorBoard's scalar type; out-of-range finite values saturate to +-Inf explicitly
 // (the plain conversion is undefined behaviour for them).
+// The records of an event file's bytes, up to the first one that is cut short or fails a check.
+std::vector<std::string> read_records(const std::string& bytes) {
+  auto little_endian = [&](size_t at, int width) {
+    uint64_t value = 0;
+    for (int i = width - 1; i >= 0; --i) {
+      value = (value << 8) | static_cast<unsigned char>(bytes[at + static_cast<size_t>(i)]);
+    }
+    return value;
+  };
+  std::vector<std::string> records;
+  size_t at = 0;
+  while (at + 12 <= bytes.size()) {
+    const uint64_t length = little_endian(at, 8);
+    if (little_endian(at + 8, 4) != mask_crc32c(crc32c(bytes.data() + at, 8))) break;
+    if (length > bytes.size() - at - 16) break;
+    const char* data = bytes.data() + at + 12;
+    if (little_endian(at + 12 + length, 4) != mask_crc32c(crc32c(data, length))) break;
+    records.emplace_back(data, length);
+    at += 16 + length;
+  }
+  return records;
+}
+
 float to_float32(double value) {
   if (std::isfinite(value) && std::fabs(value) > std::numeric_limits<float>::max()) {
     return value > 0 ? std::numeric_limits<float>::infinity()
@@ -175,6 +201,41 @@ void TensorBoardWriter::write_event(const std::string& serialized_event) {
     written += static_cast<size_t>(n);
   }
   size_ += record.size();
+}
+
+int64_t drop_tensorboard_events(
+    const std::string& dir, const std::string& except,
+    const std::function<bool(int64_t step, const std::vector<std::string>& tags)>& drop) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(dir, error)) return 0;
+  int64_t dropped = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string path = entry.path().string();
+    if (path == except || entry.path().filename().string().rfind("events.out.tfevents.", 0) != 0) {
+      continue;
+    }
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+    if (in.bad()) throw IoError("cannot read TensorBoard event file '" + path + "'");
+    std::string kept;
+    int64_t dropped_here = 0;
+    for (const std::string& record : read_records(bytes)) {
+      tensorboard::Event event;
+      std::vector<std::string> tags;
+      if (event.ParseFromString(record) && event.has_summary()) {
+        for (const auto& value : event.summary().value()) tags.push_back(value.tag());
+      }
+      if (!tags.empty() && drop(event.step(), tags)) {
+        ++dropped_here;
+      } else {
+        kept += frame_record(record);
+      }
+    }
+    if (dropped_here == 0 && kept.size() == bytes.size()) continue;
+    write_file_atomically(path, kept);
+    dropped += dropped_here;
+  }
+  return dropped;
 }
 
 }  // namespace ooze

@@ -21,9 +21,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace ooze {
 
@@ -64,5 +66,16 @@ class TensorBoardWriter {
   bool torn_ = false;  // a failed write left a partial record that could not be cut off
   std::mutex mutex_;
 };
+
+// For a run that does steps again: rewrites the event files in `dir`, all but `except` (the new
+// writer's own), without the events `drop` selects, called with each event's step and tags.
+// TensorBoard would draw both copies of a step written twice (its purge of orphaned data is
+// global across tags, which would erase good points here, where train lines count optimizer
+// steps and the others rollouts). Records after one a crash cut short are dropped too; each
+// changed file is replaced atomically, the others are not touched. Returns the events dropped.
+// Throws IoError naming the file when one cannot be read or replaced.
+int64_t drop_tensorboard_events(
+    const std::string& dir, const std::string& except,
+    const std::function<bool(int64_t step, const std::vector<std::string>& tags)>& drop);
 
 }  // namespace ooze

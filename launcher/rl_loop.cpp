@@ -194,15 +194,15 @@ void RlLoop::run() {
 // command both starts a run and resumes it (--load and --save the same directory); unless
 // --ckpt-step names an iteration, which must then be there.
 //
-// Either way, lines an earlier attempt left in metrics.jsonl for the rollouts this run does
-// (again) go: every rollout is recorded once.
+// Either way, lines an earlier attempt left in metrics.jsonl and TensorBoard for the rollouts this
+// run does (again) go: every rollout is recorded once.
 int64_t RlLoop::resume() {
   const std::string load_dir = config_.get<std::string>("load");
   if (!load_dir.empty() && plan_.with_trainers) {
     const bool iteration_named = config_.get<int64_t>("ckpt_step") >= 0;
     if (iteration_named || fsdp::latest_checkpoint_iteration(load_dir)) {
       const int64_t first_rollout = load(load_dir);
-      log_.resume_at(first_rollout);
+      log_.resume_at(first_rollout, optimizer_steps_);
       return first_rollout;
     }
     out_ << "--load " << load_dir << " holds no checkpoint yet: the run starts from --hf-checkpoint"
@@ -214,7 +214,7 @@ int64_t RlLoop::resume() {
   if (plan_.with_critic && !save_dir.empty() && !fsdp::latest_checkpoint_iteration(save_dir)) {
     fsdp::rewind_checkpoints(critic_dir(save_dir), std::nullopt);
   }
-  log_.resume_at(0);
+  log_.resume_at(0, 0);
   return 0;
 }
 

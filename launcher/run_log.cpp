@@ -1,6 +1,8 @@
 #include "launcher/run_log.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <ostream>
 
 namespace ooze::launcher {
@@ -115,13 +117,22 @@ void RunLog::rollout(int64_t rollout_id, const MetricLine& line) {
 
 void RunLog::before_checkpoint() { metrics_.sync(); }
 
-void RunLog::resume_at(int64_t first_rollout) {
+void RunLog::resume_at(int64_t first_rollout, int64_t optimizer_steps) {
   const int64_t dropped = metrics_.drop_steps_from(first_rollout);
   if (dropped > 0) {
     out_ << "metrics: " << dropped << " lines of rollout " << first_rollout
          << " and later dropped from " << metrics_.path() << " (those rollouts run again)"
          << std::endl;
   }
+  // Train lines carry "train/step" and sit at that optimizer step; every other line at its
+  // rollout (record() above).
+  drop_tensorboard_events(
+      std::filesystem::path(tensorboard_.path()).parent_path().string(), tensorboard_.path(),
+      [&](int64_t step, const std::vector<std::string>& tags) {
+        const bool train_line = std::find(tags.begin(), tags.end(), "train/step") != tags.end();
+        // (Critic-only rollouts log train lines at the same step: from scratch, drop them all.)
+        return train_line ? step > optimizer_steps || first_rollout == 0 : step >= first_rollout;
+      });
 }
 
 }  // namespace ooze::launcher

@@ -37,9 +37,10 @@ class RunLog {
   // A checkpoint is about to be written: the lines so far go to disk first, so that a
   // checkpoint never names a rollout whose line could still be lost.
   void before_checkpoint();
-  // A run resumed at `first_rollout` does the rollouts from there again: their lines from
-  // before (metrics.jsonl; TensorBoard keeps both) are dropped, so that each is recorded once.
-  void resume_at(int64_t first_rollout);
+  // A run resumed at `first_rollout`, after `optimizer_steps` steps, does the rollouts from
+  // there again: their lines from before are dropped from metrics.jsonl and the earlier event
+  // files (train lines by optimizer step, the others by rollout), so each is recorded once.
+  void resume_at(int64_t first_rollout, int64_t optimizer_steps);
 
  private:
   void record(int64_t rollout_id, int64_t tensorboard_step, const MetricLine& line);

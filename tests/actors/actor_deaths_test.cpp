@@ -1,8 +1,9 @@
 // How a driver learns of its actors' deaths and stops them (embedded head and node, real worker
 // processes): ActorDiedError names the actor by label, id and pid with the reason; dead_actors()
-// lists the deaths kill() did not ask for; shutdown_before_exit() from another thread kills and
-// reaps the workers while the main thread is still in a call; and what a worker started dies
-// with it, however it ends.
+// lists the deaths kill() did not ask for; a worker stopped by a signal (SIGSTOP) is killed by
+// its node after a few seconds rather than hanging its callers; shutdown_before_exit() from another
+// thread kills and reaps the workers while the main thread is still in a call; and what a worker
+// started dies with it, however it ends.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -114,6 +115,35 @@ TEST_F(ActorDeathsTest, DeadActorsListsTheDeathsKillDidNotAskFor) {
   EXPECT_EQ(dead[0].pid, crashed_pid);
   EXPECT_TRUE(contains(dead[0].death_reason, "killed by signal 9")) << dead[0].death_reason;
   EXPECT_EQ(alive.call(&Counter::get).get(), 3);
+}
+
+TEST_F(ActorDeathsTest, AWorkerStoppedBySignalIsKilledByItsNodeAndACallInItFails) {
+  start_runtime();
+  auto stopped = spawn<Counter>({}, 1);
+  auto paused = spawn<Counter>({}, 2);
+  const int stopped_pid = stopped.call(&Counter::pid).get();
+  const int paused_pid = paused.call(&Counter::pid).get();
+  // A stop shorter than the node's stopped_worker_timeout (5 s) is forgiven.
+  ASSERT_EQ(::kill(paused_pid, SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  ASSERT_EQ(::kill(paused_pid, SIGCONT), 0);
+  // A call in flight when the process stops fails once the node has killed it, instead of
+  // waiting for an answer that never comes.
+  auto pending = stopped.call(&Counter::sleep_ms, 60000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto start = Clock::now();
+  ASSERT_EQ(::kill(stopped_pid, SIGSTOP), 0);
+  try {
+    pending.get();
+    FAIL() << "expected ActorDiedError";
+  } catch (const ActorDiedError& error) {
+    const auto waited = Clock::now() - start;
+    EXPECT_GE(waited, std::chrono::milliseconds(4900));
+    EXPECT_LT(waited, std::chrono::seconds(8)) << "the stop took long to be acted on";
+    EXPECT_TRUE(contains(error.what(), "stopped by a signal for")) << error.what();
+    EXPECT_EQ(error.pid(), stopped_pid);
+  }
+  EXPECT_EQ(paused.call(&Counter::get).get(), 2);
 }
 
 TEST_F(ActorDeathsTest, ShutdownBeforeExitReapsTheWorkersWhileAnotherThreadIsInACall) {

@@ -217,6 +217,63 @@ TEST_F(TensorBoardWriterTest, ScalarsAndTextReadBackIndependentlyAcrossAResume) 
   EXPECT_NE(read.records[2]["values"][0]["simple_value"].get<double>(), 0.1);
 }
 
+TEST_F(TensorBoardWriterTest, DroppedEventsLeaveTheOtherFilesAndRecordsReadable) {
+  const std::string tb = dir_ + "/tb";
+  std::string killed_file, other_file;
+  {
+    // A run killed during rollout 2: train lines at optimizer steps 1..3, rollouts 0..1, and
+    // half a record at the end.
+    TensorBoardWriter writer(tb);
+    killed_file = writer.path();
+    writer.add_text(0, "config", "lr: 1e-6");
+    writer.add_scalars(1, {{"train/step", 1}, {"train/loss", 0.5}});
+    writer.add_scalars(0, {{"rollout/raw_reward", 0.1}});
+    writer.add_scalars(2, {{"train/step", 2}, {"train/loss", 0.4}});
+    writer.add_scalars(1, {{"rollout/raw_reward", 0.2}});
+    writer.add_scalars(3, {{"train/step", 3}, {"train/loss", 0.3}});
+  }
+  {
+    std::ofstream torn(killed_file, std::ios::binary | std::ios::app);
+    torn << std::string("\x30\x00\x00\x00\x00\x00\x00\x00\x01\x02", 10);
+  }
+  // A file with nothing to drop is left as it was, byte for byte.
+  {
+    TensorBoardWriter writer(tb);
+    other_file = writer.path();
+    writer.add_scalars(0, {{"eval/score", 0.75}});
+  }
+  const std::string other_content = read_file(other_file);
+  TensorBoardWriter resumed(tb);
+  // Resumed at rollout 1 after 2 optimizer steps: train step 3 and rollout 1 go, with the tail;
+  // the eval line at rollout 0 stays.
+  const int64_t dropped = drop_tensorboard_events(
+      tb, resumed.path(), [](int64_t step, const std::vector<std::string>& tags) {
+        const bool train = std::find(tags.begin(), tags.end(), "train/step") != tags.end();
+        return train ? step > 2 : step >= 1;
+      });
+  EXPECT_EQ(dropped, 2);
+  EXPECT_EQ(read_file(other_file), other_content);
+  const ReadBack read = read_events({killed_file}, dir_ + "/reader.txt");
+  ASSERT_TRUE(read.ok) << read.output;
+  std::vector<std::pair<int64_t, std::string>> kept;
+  for (const json& record : read.records) {
+    kept.push_back(
+        {record["step"].get<int64_t>(), record.contains("file_version")
+                                            ? "version"
+                                            : record["values"].back()["tag"].get<std::string>()});
+  }
+  const std::vector<std::pair<int64_t, std::string>> expected = {{0, "version"},
+                                                                 {0, "config"},
+                                                                 {1, "train/step"},
+                                                                 {0, "rollout/raw_reward"},
+                                                                 {2, "train/step"}};
+  EXPECT_EQ(kept, expected);
+  // Nothing more to drop: a second pass changes nothing.
+  EXPECT_EQ(drop_tensorboard_events(tb, resumed.path(),
+                                    [](int64_t, const std::vector<std::string>&) { return false; }),
+            0);
+}
+
 TEST_F(TensorBoardWriterTest, TheReaderDetectsACorruptedByte) {
   std::string path;
   {

@@ -275,7 +275,8 @@ TEST_F(DisaggregatedEngineSupervisorTest, ASyncInterruptedByAKilledEngineIsCompl
   ASSERT_EQ(::kill(pid, SIGSTOP), 0);
   auto sync = job_->trainers.call_all(&trainer::TrainActor::update_weights, int64_t{1}, true);
   ASSERT_TRUE(eventually([&] { return stats(0).syncing_weights; }, 20s));
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  // (Stopped for the node's stopped_worker_timeout, 5 s, it would be killed by its node anyway.)
+  ::kill(pid, SIGKILL);
   try {
     actors::get_all(std::move(sync));
     ADD_FAILURE() << "expected the sync to fail";
@@ -292,6 +293,28 @@ TEST_F(DisaggregatedEngineSupervisorTest, ASyncInterruptedByAKilledEngineIsCompl
   EXPECT_EQ(generate_at(supervisor_->urls()[1], probe)["output_ids"],
             generate_at(supervisor_->urls()[0], probe)["output_ids"]);
   EXPECT_EQ(job_->router->generate(probe)["meta_info"]["weight_version"], 1);
+}
+
+TEST_F(DisaggregatedEngineSupervisorTest, ASyncToAStoppedEngineFailsInSecondsNotItsTimeout) {
+  // Engine 1 stops (SIGSTOP) and stays stopped: its sockets stay open, so the sync ends when the
+  // supervisor's health probe (2.5 s here) or the node's stopped_worker_timeout (5 s; without
+  // --use-fault-tolerance the only one) kills it, not at --weight-sync-timeout (30 s).
+  const int64_t version = stats(0).weight_version + 1;
+  const int pid = pid_of(1);
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  const Clock::time_point stopped = Clock::now();
+  auto sync = job_->trainers.call_all(&trainer::TrainActor::update_weights, version, true);
+  try {
+    actors::get_all(std::move(sync));
+    ADD_FAILURE() << "expected the sync to fail";
+  } catch (const actors::RemoteError& error) {
+    EXPECT_CONTAINS(error.what(), "engine 1");
+  }
+  const double failed_after = std::chrono::duration<double>(Clock::now() - stopped).count();
+  std::cout << "sync to a stopped engine failed " << failed_after << " s after SIGSTOP\n";
+  EXPECT_LT(failed_after, 15.0) << "the sync waited for its timeout";
+  EXPECT_EQ(supervisor_->recover(version), 1);
+  expect_all_at(version);
 }
 
 }  // namespace engine_supervisor_test

@@ -50,12 +50,15 @@ std::string last_checkpoint(const std::string& save) {
   return save + name;
 }
 
+bool measured(const std::string& key) {
+  return key.rfind("rollout/", 0) == 0 || key.rfind("train/", 0) == 0 ||
+         key.rfind("critic/", 0) == 0;
+}
+
 // "" when every metric of `expected` that is not a timing equals `line`'s.
 std::string compare_metrics(const json& line, const json& expected, const std::string& what) {
   for (const auto& [key, value] : expected.items()) {
-    const bool measured = key.rfind("rollout/", 0) == 0 || key.rfind("train/", 0) == 0 ||
-                          key.rfind("critic/", 0) == 0;
-    if (!measured || !value.is_number()) continue;
+    if (!measured(key) || !value.is_number()) continue;
     if (!line.contains(key)) return what + " has no " + key;
     const double a = line[key].get<double>(), b = value.get<double>();
     if (std::abs(a - b) > 1e-6 * std::max(1.0, std::abs(b))) {
@@ -91,6 +94,60 @@ std::string compare_checkpoints(const std::string& dir, const std::string& expec
   return "";
 }
 
+// Every scalar of the event files in `dir`, through the independent reader; a file it cannot
+// read is reported as the scalar ("unreadable: ...", -1).
+std::map<std::pair<std::string, int64_t>, std::vector<double>> read_tensorboard(
+    const std::string& dir) {
+  std::map<std::pair<std::string, int64_t>, std::vector<double>> scalars;
+  if (!fs::is_directory(dir)) return scalars;
+  std::vector<std::string> argv = {
+      "/usr/bin/python3",
+      (fs::path(__FILE__).parent_path().parent_path() / "core/tensorboard_event_reader.py")
+          .string()};
+  for (const auto& entry : fs::directory_iterator(dir)) argv.push_back(entry.path().string());
+  const std::string log = dir + "/../tensorboard_read.txt";
+  Process reader(argv, {}, log);
+  const ExitStatus status = reader.wait(std::chrono::seconds(60));
+  std::istringstream lines(reader.output());
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    const json event = json::parse(line);
+    for (const json& value : event.value("values", json::array())) {
+      if (!value.contains("simple_value") || !value["simple_value"].is_number()) continue;
+      scalars[{value["tag"].get<std::string>(), event["step"].get<int64_t>()}].push_back(
+          value["simple_value"].get<double>());
+    }
+  }
+  if (!status.exited || status.code != 0) scalars[{"unreadable: " + reader.output(), -1}] = {};
+  return scalars;
+}
+
+// "" when every (tag, step) of `run`'s event files was written once, and the measured ones (not
+// timings) are those of `expected`'s, with the same values (as compare_metrics) when `exact`.
+std::string compare_tensorboard(const RunRecord& run, const RunRecord& expected, bool exact) {
+  for (const auto& [key, values] : run.scalars) {
+    const std::string what = "TensorBoard " + key.first + " at step " + std::to_string(key.second);
+    if (values.size() != 1)
+      return what + " was written " + std::to_string(values.size()) + " times";
+    if (!measured(key.first)) continue;
+    const auto want = expected.scalars.find(key);
+    if (want == expected.scalars.end()) return what + " is not in the uninterrupted run's";
+    const double a = values[0], b = want->second.at(0);
+    if (exact && std::abs(a - b) > 1e-6 * std::max(1.0, std::abs(b))) {
+      std::ostringstream text;
+      text << what << " is " << a << ", uninterrupted " << b;
+      return text.str();
+    }
+  }
+  for (const auto& [key, values] : expected.scalars) {
+    if (measured(key.first) && run.scalars.count(key) == 0) {
+      return "TensorBoard has no " + key.first + " at step " + std::to_string(key.second);
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 RunRecord read_run(const std::string& dir) {
@@ -120,6 +177,7 @@ RunRecord read_run(const std::string& dir) {
       record.prompts[rollout] = prompts;
     }
   }
+  record.scalars = read_tensorboard(dir + "/out/tensorboard");
   record.checkpoint = last_checkpoint(dir + "/save");
   record.critic_checkpoint = last_checkpoint(dir + "/save/critic");
   return record;
@@ -327,6 +385,9 @@ std::string RandomKills::compare(const KillJob& job, const RunRecord& run,
         !problem.empty()) {
       return problem;
     }
+  }
+  if (auto problem = compare_tensorboard(run, expected, job.exact); !problem.empty()) {
+    return problem;
   }
   if (!job.exact) return run.checkpoint.empty() ? "no checkpoint" : "";
   if (auto problem = compare_checkpoints(run.checkpoint, expected.checkpoint); !problem.empty()) {

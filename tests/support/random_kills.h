@@ -8,7 +8,8 @@
 // stopped is started again with the same command plus --load of its save directory, until it
 // has done every rollout. The finished run must equal the uninterrupted one:
 //   * metrics.jsonl has one line for every rollout and every optimizer step, with the same
-//     rollout/*, train/* and critic/* values;
+//     rollout/*, train/* and critic/* values; so do the TensorBoard event files, read by the
+//     independent reader of tests/core/tensorboard_event_reader.py: every (tag, step) once;
 //   * every rollout drew the same prompts and sampled the same tokens (--save-debug-rollout-data);
 //   * the last checkpoint's weights and Adam moments are bit for bit the same.
 // (--async: see KillJob.)
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ooze::testing {
@@ -47,6 +49,8 @@ struct RunRecord {
   std::map<int64_t, nlohmann::json> rollouts;  // metrics line of each rollout id
   std::map<int64_t, nlohmann::json> steps;     // of each optimizer step
   std::map<int64_t, int> rollout_lines, step_lines;
+  // TensorBoard: the scalar values written under each (tag, step), over all event files.
+  std::map<std::pair<std::string, int64_t>, std::vector<double>> scalars;
   std::map<int64_t, std::string> samples;  // each rollout's prompts and tokens, as one string
   std::map<int64_t, std::string> prompts;  // each rollout's prompts alone
   std::string checkpoint;                  // the last checkpoint's directory
