@@ -17,9 +17,13 @@
 //
 // Lines: per target (serve, router):
 //   requests/s, p50 and p99 latency of the answered /generate calls, errors (by kind on stderr),
-//   fds/threads/RSS after against before (ratio 1.0: back to baseline), and leaked KV blocks.
+//   fds/threads/RSS after against before (ratio 1.0: back to baseline), and leaked KV blocks;
+//   then, after --rounds more soaks of the same size, the RSS each later request added against
+//   what each request of the first soak added. The allocator keeps freed memory for reuse, so a
+//   soak can leave RSS above the baseline without leaking; a leak grows the same in every round
+//   (ratio near 1), kept memory is reused (ratio near 0).
 //
-//   bench_serve_soak_bench [--connections 1000] [--requests 20000]
+//   bench_serve_soak_bench [--connections 1000] [--requests 20000] [--rounds 1]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -310,7 +314,8 @@ double percentile(std::vector<double> values, double q) {
 
 // One soak through `port`, with the server's usage before and after.
 void soak_and_report(const std::string& target, uint16_t port, pid_t watched,
-                     ooze::serving::HttpClient& engine_client, int connections, int requests) {
+                     ooze::serving::HttpClient& engine_client, int connections, int requests,
+                     int rounds) {
   // A warm-up at the same concurrency: the baseline then holds what serving 1,000 connections
   // at once takes (the allocator keeps freed memory for reuse), and what stays beyond it is
   // what the soak left.
@@ -346,18 +351,33 @@ void soak_and_report(const std::string& target, uint16_t port, pid_t watched,
   const int64_t total = info["stats"]["total_blocks"], free = info["stats"]["free_blocks"];
   print_line(name + ".kv_blocks_leaked", "count", static_cast<double>(total - free), "blocks",
              static_cast<double>(total), std::nullopt);
+
+  if (rounds == 0) return;
+  for (int round = 0; round < rounds; ++round) Soak(port, connections, requests).run();
+  quiesced_stats(engine_client);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const ProcessUsage later = usage_of(watched);
+  const double first_per_request = (after.rss_kb - before.rss_kb) * 1024.0 / requests;
+  const double later_per_request =
+      (later.rss_kb - after.rss_kb) * 1024.0 / (static_cast<double>(rounds) * requests);
+  std::fprintf(stderr, "serve_soak.%s: RSS %.1f MiB after %d more soaks\n", target.c_str(),
+               later.rss_kb / 1024.0, rounds);
+  print_line(name + ".rss_growth_per_request", "bytes", later_per_request, "bytes/request",
+             first_per_request, later_per_request / std::max(first_per_request, 1e-9));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int connections = 1000, requests = 20000;
+  int connections = 1000, requests = 20000, rounds = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--connections") {
       connections = std::stoi(argv[i + 1]);
     } else if (flag == "--requests") {
       requests = std::stoi(argv[i + 1]);
+    } else if (flag == "--rounds") {
+      rounds = std::stoi(argv[i + 1]);
     } else {
       std::fprintf(stderr, "bench_serve_soak_bench: unknown flag %s\n", flag.c_str());
       return 2;
@@ -389,9 +409,9 @@ int main(int argc, char** argv) {
 
     ooze::serving::HttpClient engine_client(serve_url);
     soak_and_report("serve", static_cast<uint16_t>(serve_port), serve.pid(), engine_client,
-                    connections, requests);
+                    connections, requests, rounds);
     soak_and_report("router", static_cast<uint16_t>(router_port), router.pid(), engine_client,
-                    connections, requests);
+                    connections, requests, rounds);
     std::filesystem::remove_all(dir);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_serve_soak_bench: %s\n", e.what());

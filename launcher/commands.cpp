@@ -7,6 +7,7 @@
 
 #include "core/config_spelling.h"
 #include "launcher/cluster_command.h"
+#include "launcher/model_gguf_command.h"
 #include "launcher/model_init_command.h"
 #include "launcher/plot_command.h"
 #include "launcher/reward_command.h"
@@ -40,6 +41,9 @@ std::vector<Command> build_commands() {
          with_subcommand.insert(with_subcommand.end(), args.begin(), args.end());
          return run_model_command(with_subcommand);
        }},
+      {"model gguf", "usage: ooze model gguf --model DIR --out FILE.gguf [--outtype f32|f16]",
+       "write a Qwen3/Qwen2 model directory as a GGUF file for llama.cpp", model_gguf_schema,
+       [](const std::vector<std::string>& args) { return run_model_gguf(args); }},
       {"tokenize",
        "usage: ooze tokenize --tokenizer DIR [--chat-template [NAME]] [--add-generation-prompt]\n"
        "                     [--no-thinking] [--decode] [--skip-special-tokens]",

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "launcher/commands.h"
+#include "launcher/model_gguf_command.h"
 #include "models/model_init.h"
 
 namespace ooze::launcher {
@@ -50,16 +51,22 @@ const ConfigSchema& model_init_schema() {
 }
 
 int run_model_command(const std::vector<std::string>& args) {
-  if (args.empty() || (args[0] != "init" && !wants_help(args))) {
+  if (!args.empty() && args[0] != "init" && args[0] != "gguf" && wants_help(args)) {
+    std::cout << command_help("model init") << "\n" << command_help("model gguf");
+    return 0;
+  }
+  if (args.empty() || (args[0] != "init" && args[0] != "gguf")) {
     std::cerr << (args.empty() ? "ooze model: missing subcommand\n"
                                : "ooze model: unknown subcommand '" + args[0] + "'\n")
-              << find_command("model init")->usage << "\n";
+              << find_command("model init")->usage << "\n"
+              << find_command("model gguf")->usage << "\n";
     return 2;
   }
   if (wants_help(args)) {
-    std::cout << command_help("model init");
+    std::cout << command_help("model " + args[0]);
     return 0;
   }
+  if (args[0] == "gguf") return run_model_gguf({args.begin() + 1, args.end()});
   const Config flags =
       load_config(model_init_schema(), "", std::vector<std::string>(args.begin() + 1, args.end()));
   const models::ModelInitOptions options = models::ModelInitOptions::fields().read(flags);

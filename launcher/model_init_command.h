@@ -20,7 +20,8 @@ namespace ooze::launcher {
 // The flags of `ooze model init` (the experiment schema is not involved).
 const ConfigSchema& model_init_schema();
 
-// `args` are the arguments after "model": a subcommand ("init") and its flags. Prints a line
+// `args` are the arguments after "model": a subcommand ("init", or "gguf":
+// launcher/model_gguf_command.h) and its flags. Prints a line
 // naming what was written; returns the exit code (0, or 2 for a missing/unknown subcommand,
 // with usage on stderr). Throws ooze::ConfigError listing every bad flag at once, and the
 // errors of tokenizer loading and saving.

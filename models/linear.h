@@ -14,6 +14,11 @@
 
 namespace ooze::models {
 
+// x W^T (+ bias), as torch::linear; a single row goes through a matrix-vector product (why: in
+// linear.cpp). `bias` may be undefined.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight,
+                     const torch::Tensor& bias = {});
+
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features, bool with_bias, c10::ScalarType dtype);

@@ -136,7 +136,7 @@ torch::Tensor TransformerModelImpl::forward(const torch::Tensor& input_ids,
 }
 
 torch::Tensor TransformerModelImpl::logits(const torch::Tensor& hidden) {
-  return torch::matmul(hidden, lm_head_weight().t());
+  return models::linear(hidden, lm_head_weight());
 }
 
 torch::Tensor TransformerModelImpl::forward_cached(const torch::Tensor& input_ids,

@@ -4,7 +4,7 @@
 # Python 3 with pybind11 and torch for users' hooks, Jinja2 for the chat-template tests, Slurm
 # for the cluster recipe's test) and, into .deps/npm (ignored by git), the Qwen3 tokenizer data,
 # the reference JavaScript tokenizer, the official OpenAI client and the Kubernetes API schemas
-# (kubernetes-models) used by tests.
+# (kubernetes-models) used by tests, and into .deps/npm-llama llama.cpp (node-llama-cpp, prebuilt).
 #
 # Idempotent: what is already installed is skipped, so a second run takes seconds.
 # Runs as root (CI) or through sudo.
@@ -95,4 +95,24 @@ if [ $need_npm -eq 1 ]; then
   npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "${npm_packages[@]}"
 else
   echo "install-deps: npm packages present"
+fi
+
+# llama.cpp, prebuilt for the CPU (node-llama-cpp and its @node-llama-cpp/linux-x64 binaries), in
+# a prefix of its own: the reference of tests/engine/llama_cpp_reference_test.cpp and the baseline
+# of bench/llama_cpp_bench.cpp, through tests/engine/llama_cpp_engine.mjs. --omit=optional leaves
+# out the 650 MB of CUDA, Vulkan and ARM variants (the CPU one is named, so it stays); a prefix of
+# its own keeps that from removing the other packages' optional parts. Pinned: its llama.cpp
+# release decides which GGUF metadata it accepts. NODE_LLAMA_CPP_SKIP_DOWNLOAD: the postinstall
+# would otherwise download and build llama.cpp's source when no prebuilt binary loads.
+llama_dir="$root/.deps/npm-llama"
+llama_version="3.21.1"
+if grep -q "\"version\": \"$llama_version\"" \
+    "$llama_dir/node_modules/node-llama-cpp/package.json" 2>/dev/null; then
+  echo "install-deps: node-llama-cpp present"
+else
+  echo "install-deps: installing node-llama-cpp@$llama_version into .deps/npm-llama"
+  mkdir -p "$llama_dir"
+  NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --prefix "$llama_dir" --no-audit --no-fund \
+    --loglevel=error --omit=optional "node-llama-cpp@$llama_version" \
+    "@node-llama-cpp/linux-x64@$llama_version"
 fi

@@ -45,9 +45,10 @@ TEST_F(CliTest, EveryCommandListsItsFlagsInHelpAndConfigHelpAlike) {
   for (const Command& command : commands()) {
     SCOPED_TRACE(command.name);
     std::vector<std::string> help_args, config_help_args = {"config-help"};
-    if (command.name == "model init") {
-      help_args = {"model", "init", "--help"};
-      config_help_args.insert(config_help_args.end(), {"model", "init"});
+    if (command.name.rfind("model ", 0) == 0) {  // model init, model gguf
+      const std::string subcommand = command.name.substr(6);
+      help_args = {"model", subcommand, "--help"};
+      config_help_args.insert(config_help_args.end(), {"model", subcommand});
     } else {
       help_args = {command.name, "--help"};
       config_help_args.push_back(command.name);
