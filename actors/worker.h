@@ -1,8 +1,9 @@
 // A worker process: hosts one actor. Started by a node agent with the actor's id and the
 // head's address in its environment, it fetches the actor's spec from the head, runs the
-// constructor, listens for calls and tells the head it is alive. Calls run on
-// max_concurrency executor threads (one by default: calls run in the order they arrived,
-// which for one caller is the order it made them); the loop thread answers them.
+// constructor, listens for calls and tells the head it is alive. With max_concurrency 1 (the
+// default) calls run one at a time on the loop thread itself, in the order they arrived (for one
+// caller, the order it made them), on the thread that ran the constructor; with more, on that
+// many executor threads, whose replies the loop thread sends.
 //
 // A method that throws answers with the exception's type and message (RemoteError at the
 // caller) and the actor goes on. A constructor that throws makes the actor dead, with the

@@ -55,8 +55,6 @@ std::string frame_record(const std::string& data) {
   return record;
 }
 
-// float32, TensorBoard's scalar type; out-of-range finite values saturate to +-Inf explicitly
-// (the plain conversion is undefined behaviour for them).
 // The records of an event file's bytes, up to the first one that is cut short or fails a check.
 std::vector<std::string> read_records(const std::string& bytes) {
   auto little_endian = [&](size_t at, int width) {
@@ -68,7 +66,7 @@ std::vector<std::string> read_records(const std::string& bytes) {
   };
   std::vector<std::string> records;
   size_t at = 0;
-  while (at + 12 <= bytes.size()) {
+  while (at + 16 <= bytes.size()) {  // length, its CRC, the data's CRC: 16 bytes at least
     const uint64_t length = little_endian(at, 8);
     if (little_endian(at + 8, 4) != mask_crc32c(crc32c(bytes.data() + at, 8))) break;
     if (length > bytes.size() - at - 16) break;
@@ -80,6 +78,8 @@ std::vector<std::string> read_records(const std::string& bytes) {
   return records;
 }
 
+// float32, TensorBoard's scalar type; out-of-range finite values saturate to +-Inf explicitly
+// (the plain conversion is undefined behaviour for them).
 float to_float32(double value) {
   if (std::isfinite(value) && std::fabs(value) > std::numeric_limits<float>::max()) {
     return value > 0 ? std::numeric_limits<float>::infinity()
