@@ -148,7 +148,9 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
   }
   GgufWriter gguf;
   gguf.add_string("general.architecture", arch);
-  gguf.add_string("general.name", fs::path(model_dir).lexically_normal().filename().string());
+  fs::path name = fs::path(model_dir).lexically_normal();
+  if (name.filename().empty()) name = name.parent_path();  // "DIR/"
+  gguf.add_string("general.name", name.filename().string());
   gguf.add_uint32("general.file_type", type == GgufType::kF16 ? 1 : 0);  // ALL_F32, MOSTLY_F16
   auto u32 = [](int64_t value) { return static_cast<uint32_t>(value); };
   gguf.add_uint32(arch + ".block_count", u32(config.num_hidden_layers));
