@@ -20,7 +20,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -33,7 +32,7 @@
 #include "engine/engine.h"
 #include "models/gguf_export.h"
 #include "models/model_init.h"
-#include "tests/support/process.h"
+#include "tests/support/llama_cpp_engine.h"
 
 namespace {
 
@@ -117,37 +116,19 @@ Rates measure_ooze(const std::string& model, int64_t threads, const std::vector<
   return rates;
 }
 
-json run_llama_cpp(const json& request, const std::string& dir) {
-  const std::string request_file = dir + "/llama_request.json";
-  std::ofstream(request_file) << request.dump();
-  const fs::path script =
-      fs::path(__FILE__).parent_path().parent_path() / "tests/engine/llama_cpp_engine.mjs";
-  ooze::testing::Process node({"/usr/bin/env", "node", script.string(), "speed", request_file}, {},
-                              dir + "/llama_cpp.log");
-  const ooze::testing::ExitStatus status = node.wait(std::chrono::minutes(30));
-  const std::string output = node.output();
-  if (!status.exited || status.code != 0) {
-    throw ooze::bench::BenchFailure("llama.cpp: " + status.describe() + "\n" + output);
-  }
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("{\"prefill_tokens_per_s\"", 0) == 0) return json::parse(line);
-  }
-  throw ooze::bench::BenchFailure("llama.cpp printed no result:\n" + output);
-}
-
 Rates measure_llama_cpp(const std::string& gguf, int64_t threads,
                         const std::vector<int64_t>& batches, int64_t new_tokens, int64_t vocab,
                         const std::string& dir) {
   Rates rates;
   for (int64_t batch : batches) {
-    const json result = run_llama_cpp({{"model", gguf},
-                                       {"threads", threads},
-                                       {"prompt_tokens", kPromptTokens},
-                                       {"batch", batch},
-                                       {"new_tokens", new_tokens},
-                                       {"vocab", vocab}},
-                                      dir);
+    const json result = ooze::testing::run_llama_cpp_engine("speed",
+                                                            {{"model", gguf},
+                                                             {"threads", threads},
+                                                             {"prompt_tokens", kPromptTokens},
+                                                             {"batch", batch},
+                                                             {"new_tokens", new_tokens},
+                                                             {"vocab", vocab}},
+                                                            dir);
     if (batch == batches.front()) rates.prefill = result["prefill_tokens_per_s"].get<double>();
     rates.decode[batch] = result["decode_tokens_per_s"].get<double>();
   }

@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -22,6 +21,7 @@
 #include "engine/engine.h"
 #include "models/gguf_export.h"
 #include "models/model_init.h"
+#include "tests/support/llama_cpp_engine.h"
 #include "tests/support/process.h"
 
 namespace ooze::engine {
@@ -101,30 +101,12 @@ std::vector<Greedy> run_ooze(const std::string& model,
 std::vector<Greedy> run_llama_cpp(const std::string& gguf,
                                   const std::vector<std::vector<int64_t>>& prompts,
                                   const std::string& dir) {
-  const std::string request_file = dir + "/llama_request.json";
-  std::ofstream(request_file) << json{
-      {"model", gguf},
-      {"threads", 1},
-      {"prompts", prompts},
-      {"max_new_tokens", kNewTokens}}.dump();
-  ::ooze::testing::Process node(
-      {"/usr/bin/env", "node", (source_root() / "tests/engine/llama_cpp_engine.mjs").string(),
-       "logprobs", request_file},
-      {}, dir + "/llama_cpp.log");
-  const ::ooze::testing::ExitStatus status = node.wait(std::chrono::minutes(5));
-  const std::string output = node.output();
-  EXPECT_TRUE(status.exited && status.code == 0) << status.describe() << "\n" << output;
-  // The log holds node's stderr too; the answer is the one JSON line.
-  json answer;
-  for (size_t start = 0, end; start < output.size(); start = end + 1) {
-    end = output.find('\n', start);
-    if (end == std::string::npos) end = output.size();
-    const std::string line = output.substr(start, end - start);
-    if (line.rfind("{\"results\"", 0) == 0) answer = json::parse(line);
-  }
+  const json answer = ::ooze::testing::run_llama_cpp_engine(
+      "logprobs",
+      {{"model", gguf}, {"threads", 1}, {"prompts", prompts}, {"max_new_tokens", kNewTokens}}, dir);
   std::vector<Greedy> results;
   if (!answer.contains("results")) {
-    ADD_FAILURE() << "no results from llama.cpp:\n" << output;
+    ADD_FAILURE() << "no results from llama.cpp: " << answer.dump();
     return results;
   }
   for (const json& result : answer["results"]) {
