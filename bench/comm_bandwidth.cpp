@@ -1,13 +1,15 @@
-// Bandwidth of all_gather, reduce_scatter and broadcast between 2 real processes over Gloo on
-// loopback, at 1, 64 and 256 MiB, then of broadcast from one rank to 2 others (3 processes) at
-// 64 and 256 MiB, the shape of weight sync to several rollout engines. The baseline is a
-// single-process memcpy of the same bytes, measured in the same run: the physical bound of this
-// machine's memory system.
+// Bandwidth of all_gather, reduce_scatter, all_reduce and broadcast between 2 real processes of
+// the CPU backend, at 1, 64 and 256 MiB, then of broadcast from one rank to 2 others (3
+// processes) at 64 and 256 MiB, the shape of weight sync to several rollout engines. Each twice:
+// comm.same_host.* as a group on one host runs them (reading the peers' memory,
+// comm/same_host_collectives.h), comm.gloo.* with every operation on Gloo's loopback TCP, as
+// ranks on different hosts would. The baseline is a single-process memcpy of the same bytes,
+// measured in the same run: the physical bound of this machine's memory system.
 //
-// Bandwidth = bytes of the full buffer (gathered output, scattered input, broadcast tensor)
-// divided by the time of one operation (the slowest rank's, median of the repetitions).
+// Bandwidth = bytes of the full buffer (gathered output, scattered input, reduced or broadcast
+// tensor) divided by the time of one operation (the slowest rank's, median of the repetitions).
 //
-//   bench_comm_bandwidth            # starts the ranks itself
+//   bench_comm_bandwidth            # starts the ranks itself (both paths, about N min)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -69,21 +71,23 @@ double memcpy_seconds(int64_t bytes, int reps) {
   return median(times);
 }
 
-void print_line(const std::string& op, int world, int64_t mib, double seconds,
+void print_line(const char* path, const std::string& op, int world, int64_t mib, double seconds,
                 double baseline_seconds) {
   const double bytes = static_cast<double>(mib) * (1 << 20);
   const double value = bytes / seconds / 1e9, baseline = bytes / baseline_seconds / 1e9;
   std::printf(
-      "{\"bench\": \"comm.gloo.%s.%dranks.%lldMiB\", \"metric\": \"bandwidth\", \"value\": %.3f, "
+      "{\"bench\": \"comm.%s.%s.%dranks.%lldMiB\", \"metric\": \"bandwidth\", \"value\": %.3f, "
       "\"unit\": \"GB/s\", \"baseline\": %.3f, \"ratio\": %.4f}\n",
-      op.c_str(), world, static_cast<long long>(mib), value, baseline, value / baseline);
+      path, op.c_str(), world, static_cast<long long>(mib), value, baseline, value / baseline);
   std::fflush(stdout);
 }
 
-int run_rank(int rank, int world, int port) {
+int run_rank(int rank, int world, int port, SameHostPath same_host_path) {
   at::set_num_threads(1);
   auto store = std::make_shared<TcpStore>("127.0.0.1", port, rank, false, std::chrono::seconds(60));
-  auto comm = make_gloo_communicator(store, rank, world, "bench", std::chrono::seconds(120));
+  auto comm = make_gloo_communicator(store, rank, world, "bench", std::chrono::seconds(120),
+                                     "127.0.0.1", same_host_path);
+  const char* path = same_host_path == SameHostPath::kOff ? "gloo" : "same_host";
   const bool all_ops = world == kPairWorld;
   for (int64_t mib : all_ops ? kPairSizesMiB : kFanOutSizesMiB) {
     const int64_t n = mib * (1 << 20) / 4;  // float32 elements in the full buffer
@@ -96,26 +100,30 @@ int run_rank(int rank, int world, int port) {
     if (all_ops) {
       double gather = time_op(*comm, reps, [&] { comm->all_gather(full, part); });
       double scatter = time_op(*comm, reps, [&] { comm->reduce_scatter(part, full); });
+      double reduce = time_op(*comm, reps, [&] { comm->all_reduce(full); });
       if (rank == 0) {
-        print_line("all_gather", world, mib, gather, baseline);
-        print_line("reduce_scatter", world, mib, scatter, baseline);
+        print_line(path, "all_gather", world, mib, gather, baseline);
+        print_line(path, "reduce_scatter", world, mib, scatter, baseline);
+        print_line(path, "all_reduce", world, mib, reduce, baseline);
       }
     }
     double bcast = time_op(*comm, reps, [&] { comm->broadcast(full, 0); });
-    if (rank == 0) print_line("broadcast", world, mib, bcast, baseline);
+    if (rank == 0) print_line(path, "broadcast", world, mib, bcast, baseline);
   }
   comm->barrier();
   return 0;
 }
 
 // Runs `world` ranks, each this program with --rank (bench_support.h: around a store served here).
-bool run_group(int world) {
+bool run_group(int world, SameHostPath same_host_path) {
   try {
     ooze::bench::run_bench_ranks(
         world,
         [&](int rank, int port) {
-          return std::vector<std::string>{"/proc/self/exe", "--rank", std::to_string(rank),
-                                          std::to_string(world), std::to_string(port)};
+          return std::vector<std::string>{
+              "/proc/self/exe",     "--rank",
+              std::to_string(rank), std::to_string(world),
+              std::to_string(port), same_host_path == SameHostPath::kOff ? "tcp" : "same_host"};
         },
         "the " + std::to_string(world) + "-rank group");
   } catch (const std::exception& e) {
@@ -128,10 +136,15 @@ bool run_group(int world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 5 && std::string(argv[1]) == "--rank") {
-    return run_rank(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
+  if (argc == 6 && std::string(argv[1]) == "--rank") {
+    return run_rank(
+        std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]),
+        std::string(argv[5]) == "tcp" ? SameHostPath::kOff : SameHostPath::kWhenPossible);
   }
-  bool ok = run_group(kPairWorld);
-  ok = run_group(kFanOutWorld) && ok;
+  bool ok = true;
+  for (SameHostPath path : {SameHostPath::kWhenPossible, SameHostPath::kOff}) {
+    ok = run_group(kPairWorld, path) && ok;
+    ok = run_group(kFanOutWorld, path) && ok;
+  }
   return ok ? 0 : 1;
 }

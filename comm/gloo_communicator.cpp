@@ -25,6 +25,7 @@
 #include "comm/collective_checks.h"
 #include "comm/comm_error.h"
 #include "comm/reduce_kernels.h"
+#include "comm/same_host_collectives.h"
 
 namespace ooze {
 namespace comm {
@@ -43,6 +44,10 @@ constexpr uint8_t kPointToPointSlot = 0x7f;
 // loopback 1 to 8 MiB chunks measured alike; smaller chunks fill the chain sooner.
 constexpr size_t kBroadcastChunkBytes = size_t{2} << 20;
 constexpr size_t kChainBroadcastMinBytes = 2 * kBroadcastChunkBytes;
+// From this many bytes on (the whole buffer of an operation) a group whose ranks share a host
+// reads its peers' memory (same_host_collectives.h) instead of going through loopback TCP; below
+// it, the two small control collectives that path needs cost more than they save.
+constexpr size_t kSameHostMinBytes = size_t{256} << 10;
 // How long a collective that failed on a closed connection waits for the rendezvous store to
 // see the peer that closed it go, so that the error names it as exited (diagnose).
 constexpr std::chrono::milliseconds kDepartureWindow(250);
@@ -150,7 +155,7 @@ class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<Store> root_store, std::string key_path,
                    std::vector<int> global_ranks, int rank, std::string name, milliseconds timeout,
-                   std::string host)
+                   std::string host, SameHostPath same_host_path)
       : root_store_(std::move(root_store)),
         store_(std::make_shared<PrefixStore>(key_path, root_store_)),
         key_path_(std::move(key_path)),
@@ -163,9 +168,15 @@ class GlooCommunicator final : public Communicator {
         // arrives within the timeout.
         grace_(std::clamp(timeout / 10, milliseconds(100), milliseconds(2000))),
         host_(std::move(host)),
+        same_host_path_(same_host_path),
         checks_(name_, rank_, size_, DeviceRule::cpu()) {
     SigpipeBlocked in_threads_started_here;
     rendezvous();
+    if (same_host_path_ == SameHostPath::kWhenPossible) {
+      if (auto peers = PeerMemory::connect(*store_, rank_, size_, timeout_)) {
+        same_host_ = std::make_unique<SameHostCollectives>(std::move(peers));
+      }
+    }
     worker_ = std::thread([this] { run_operations(); });
     waiter_ = std::thread([this] { complete_transfers(); });
   }
@@ -195,6 +206,11 @@ class GlooCommunicator final : public Communicator {
     ReduceKernel kernel = reduce_kernel(tensor.scalar_type(), op);
     return enqueue(what, describe_tensor(tensor), [this, tensor, op, kernel](uint32_t tag) {
       if (tensor.numel() == 0) return;
+      if (on_same_host(tensor.nbytes())) {
+        same_host_->all_reduce(tensor, kernel, same_host_control(tag));
+        if (op == ReduceOp::AVG) tensor.div_(size_);
+        return;
+      }
       gloo::AllreduceOptions opts(context_);
       set_output(opts, tensor);
       opts.setReduceFunction(kernel);
@@ -245,6 +261,10 @@ class GlooCommunicator final : public Communicator {
     checks_.peer(what, "root", root);
     return enqueue(what, describe_tensor(tensor), [this, tensor, root](uint32_t tag) {
       if (tensor.numel() == 0) return;
+      if (on_same_host(tensor.nbytes())) {
+        same_host_->broadcast(tensor, root, same_host_control(tag));
+        return;
+      }
       if (size_ > 1 && tensor.nbytes() >= kChainBroadcastMinBytes) {
         chain_broadcast(tensor, root, tag);
         return;
@@ -312,7 +332,7 @@ class GlooCommunicator final : public Communicator {
     std::vector<int> global;
     for (int r : ranks) global.push_back(global_ranks_[static_cast<size_t>(r)]);
     return std::make_shared<GlooCommunicator>(root_store_, key_path_ + "/" + name, global, my_index,
-                                              name, timeout_, host_);
+                                              name, timeout_, host_, same_host_path_);
   }
 
  private:
@@ -357,6 +377,10 @@ class GlooCommunicator final : public Communicator {
     at::Tensor in = input.contiguous();
     return enqueue(what, describe_tensor(output), [this, output, in, counts](uint32_t tag) {
       if (output.numel() == 0) return;
+      if (on_same_host(output.nbytes())) {
+        same_host_->all_gather(output, in, counts, same_host_control(tag));
+        return;
+      }
       const size_t element = static_cast<size_t>(in.element_size());
       bool even =
           std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
@@ -387,9 +411,41 @@ class GlooCommunicator final : public Communicator {
     ReduceKernel kernel = reduce_kernel(input.scalar_type(), op);
     at::Tensor in = input.contiguous();
     return enqueue(what, describe_tensor(input), [=](uint32_t tag) {
-      ring_reduce_scatter(output, in, counts, kernel, tag);
+      if (on_same_host(in.nbytes())) {
+        same_host_->reduce_scatter(output, in, counts, kernel, same_host_control(tag));
+      } else {
+        ring_reduce_scatter(output, in, counts, kernel, tag);
+      }
       if (op == ReduceOp::AVG) output.div_(size_);
     });
+  }
+
+  // --- the same-host path ------------------------------------------------------------------
+
+  bool on_same_host(size_t bytes) const { return same_host_ && bytes >= kSameHostMinBytes; }
+
+  // Its exchange and barrier are small Gloo collectives under the operation's tag, so they are
+  // bounded by the group's timeout and fail, naming the peer, as any other.
+  SameHostControl same_host_control(uint32_t tag) {
+    SameHostControl control;
+    control.exchange = [this, tag](uint64_t first, uint64_t second) {
+      const uint64_t mine[2] = {first, second};
+      std::vector<uint64_t> all(2 * static_cast<size_t>(size_));
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(const_cast<uint64_t*>(mine), 2);
+      opts.setOutput(all.data(), all.size());
+      opts.setTag(tag);
+      opts.setTimeout(op_timeout());
+      gloo::allgather(opts);
+      return all;
+    };
+    control.barrier = [this, tag] {
+      gloo::BarrierOptions opts(context_);
+      opts.setTag(tag);
+      opts.setTimeout(op_timeout());
+      gloo::barrier(opts);
+    };
+    return control;
   }
 
   // --- rendezvous ------------------------------------------------------------------------
@@ -805,6 +861,8 @@ class GlooCommunicator final : public Communicator {
   milliseconds timeout_;
   milliseconds grace_;
   std::string host_;
+  SameHostPath same_host_path_;
+  std::unique_ptr<SameHostCollectives> same_host_;  // set when every rank is on this host
   CollectiveChecks checks_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   at::Tensor scratch_;  // ring reduce-scatter buffers, used by the operation thread only
@@ -826,8 +884,8 @@ class GlooCommunicator final : public Communicator {
 
 std::shared_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> store, int rank,
                                                      int size, const std::string& name,
-                                                     milliseconds timeout,
-                                                     const std::string& host) {
+                                                     milliseconds timeout, const std::string& host,
+                                                     SameHostPath same_host_path) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw CommError("group '" + name + "': rank " + std::to_string(rank) + " is not in 0.." +
                     std::to_string(size - 1));
@@ -836,7 +894,7 @@ std::shared_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> stor
   std::vector<int> ranks(static_cast<size_t>(size));
   std::iota(ranks.begin(), ranks.end(), 0);
   return std::make_shared<GlooCommunicator>(std::move(store), "group/" + name, ranks, rank, name,
-                                            timeout, host);
+                                            timeout, host, same_host_path);
 }
 
 }  // namespace comm

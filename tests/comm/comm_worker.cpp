@@ -3,6 +3,9 @@
 // exits 0 (passed), 1 (a check failed) or 3 (a CommError, which some scenarios expect).
 //
 //   comm_worker SCENARIO RANK WORLD PORT TIMEOUT_MS
+//
+// SCENARIO_tcp runs SCENARIO with every operation on loopback TCP, where the plain name lets
+// large operations take the same-host path (same_host_collectives.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <signal.h>
@@ -101,7 +104,9 @@ void run_collectives(Communicator& comm) {
   const int W = comm.size(), R = comm.rank();
   const std::vector<at::ScalarType> dtypes = {at::kFloat, at::kBFloat16, at::kHalf,
                                               at::kInt,   at::kLong,     at::kDouble};
-  const std::vector<int64_t> sizes = {1, 7, 1001, 65537};
+  // From 256 KiB on a group on one host reads its peers' memory: the last two sizes take that
+  // path for 4- and 8-byte types, the last for 2-byte ones too (with SCENARIO_tcp, none does).
+  const std::vector<int64_t> sizes = {1, 7, 1001, 65537, 131101};
   for (auto dtype : dtypes) {
     const std::string dt = at::toString(dtype);
     for (int64_t n : sizes) {
@@ -340,7 +345,12 @@ int main(int argc, char** argv) {
     std::cerr << "usage: comm_worker SCENARIO RANK WORLD PORT TIMEOUT_MS\n";
     return 2;
   }
-  const std::string scenario = argv[1];
+  std::string scenario = argv[1];
+  SameHostPath same_host_path = SameHostPath::kWhenPossible;
+  if (scenario.size() > 4 && scenario.substr(scenario.size() - 4) == "_tcp") {
+    scenario.resize(scenario.size() - 4);
+    same_host_path = SameHostPath::kOff;
+  }
   const int rank = std::atoi(argv[2]), world = std::atoi(argv[3]), port = std::atoi(argv[4]);
   const milliseconds timeout(std::atoi(argv[5]));
   at::set_num_threads(1);
@@ -350,7 +360,8 @@ int main(int argc, char** argv) {
   std::shared_ptr<Communicator> comm;
   try {
     store = std::make_shared<TcpStore>("127.0.0.1", port, rank, rank == 0, timeout);
-    comm = make_gloo_communicator(store, rank, world, "world", timeout);
+    comm =
+        make_gloo_communicator(store, rank, world, "world", timeout, "127.0.0.1", same_host_path);
     if (scenario == "collectives") {
       run_collectives(*comm);
     } else if (scenario == "async") {

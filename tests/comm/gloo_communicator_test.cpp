@@ -65,6 +65,11 @@ TEST_P(GlooGroup, EveryCollectiveEveryDtypeMatchesIndependentValues) {
       run_group("collectives", GetParam(), milliseconds(60000), milliseconds(240000)));
 }
 
+TEST_P(GlooGroup, EveryCollectiveEveryDtypeMatchesIndependentValuesOverLoopbackTcp) {
+  expect_all_passed(
+      run_group("collectives_tcp", GetParam(), milliseconds(60000), milliseconds(240000)));
+}
+
 TEST_P(GlooGroup, AsyncOperationsOverlapAndGroupsAreReusable) {
   expect_all_passed(run_group("async", GetParam(), milliseconds(30000), milliseconds(120000)));
 }
@@ -154,10 +159,12 @@ using Check = std::function<void(bool, const std::string&)>;
 // like comm_worker: 0 passed, 1 a check failed, 3 a CommError ("COMM ERROR after N ms: ...").
 std::vector<RankOutcome> run_forked_group(
     int world, milliseconds timeout, milliseconds limit,
-    const std::function<void(comm::Communicator&, const Check&)>& body) {
+    const std::function<void(comm::Communicator&, const Check&)>& body,
+    comm::SameHostPath same_host_path = comm::SameHostPath::kWhenPossible) {
   testing::ForkedRanksOptions options;
   options.collective_timeout = timeout;
   options.deadline = limit;
+  options.same_host_path = same_host_path;
   return testing::run_forked_ranks(
              world, [&](const testing::RankContext& rank) { body(*rank.group, rank.check); },
              options)
@@ -185,13 +192,14 @@ struct BroadcastCase {
 const std::vector<BroadcastCase> kLargeBroadcasts = {
     {(9 << 20) + 4097, at::kByte}, {(4 << 20) / 4, at::kFloat}, {(5 << 20) / 8 + 3, at::kDouble}};
 
-class GlooLargeBroadcast : public ::testing::TestWithParam<int> {};
+// Ranks on one host read the root's memory; over TCP large broadcasts go down a chain.
+class GlooLargeBroadcast : public ::testing::TestWithParam<std::tuple<int, comm::SameHostPath>> {};
 
 // Every root, including non-zero ones, so the chain wraps around; every rank compares every byte
 // with the pattern it computes itself. Then broadcasts from two roots and an all_reduce queued
 // at once complete in order with the right bytes.
 TEST_P(GlooLargeBroadcast, EveryRankGetsTheRootsBytes) {
-  const int world = GetParam();
+  const auto [world, same_host_path] = GetParam();
   auto results = run_forked_group(
       world, milliseconds(30000), milliseconds(120000),
       [](comm::Communicator& group, const Check& check) {
@@ -235,34 +243,67 @@ TEST_P(GlooLargeBroadcast, EveryRankGetsTheRootsBytes) {
         expect_root_bytes(first, 0, "queued broadcast from root 0");
         expect_root_bytes(second, W - 1, "queued broadcast from the last rank");
         check(ones[4].item<double>() == W, "all_reduce queued between broadcasts");
-      });
+      },
+      same_host_path);
   expect_all_passed(results);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, GlooLargeBroadcast, ::testing::Values(2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return "W" + std::to_string(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, GlooLargeBroadcast,
+    ::testing::Combine(::testing::Values(2, 3, 4),
+                       ::testing::Values(comm::SameHostPath::kWhenPossible,
+                                         comm::SameHostPath::kOff)),
+    [](const ::testing::TestParamInfo<std::tuple<int, comm::SameHostPath>>& info) {
+      return "W" + std::to_string(std::get<0>(info.param)) +
+             (std::get<1>(info.param) == comm::SameHostPath::kOff ? "Tcp" : "SameHost");
+    });
 
-// The last rank of the chain, which never talks to the root, dies while large broadcasts run:
-// its predecessor and the root both fail within the timeout, naming it.
+// Over TCP: the last rank of the chain, which never talks to the root, dies while large
+// broadcasts run: its predecessor and the root both fail within the timeout, naming it.
 TEST(GlooFailures, ReceiverKilledMidBroadcastIsNamedByTheRoot) {
+  const milliseconds timeout(3000);
+  auto results = run_forked_group(
+      3, timeout, milliseconds(30000),
+      [](comm::Communicator& group, const Check&) {
+        at::Tensor big = at::ones({16 << 20}, at::kByte);
+        if (group.rank() == 2) {
+          std::thread([] {
+            std::this_thread::sleep_for(milliseconds(300));
+            ::raise(SIGKILL);
+          }).detach();
+        }
+        for (int i = 0; i < 100000; ++i) group.broadcast(big, 0);
+      },
+      comm::SameHostPath::kOff);
+  EXPECT_EQ(results[2].status.signal, SIGKILL) << results[2].status.describe();
+  for (int r = 0; r < 2; ++r) {
+    const RankOutcome& result = results[static_cast<size_t>(r)];
+    expect_failed_naming(result, r, "broadcast(root 0)", "failed after", timeout);
+    EXPECT_TRUE(std::regex_search(result.log, std::regex("Rank\\(s\\) ([0-9]+, )*2 exited")))
+        << "rank " << r << " does not name rank 2 as exited:\n"
+        << result.log;
+  }
+}
+
+// On one host the readers copy from the root's memory: when the root dies mid-broadcast, they
+// fail within the timeout, naming it.
+TEST(GlooFailures, RootKilledMidSameHostBroadcastIsNamedByItsReaders) {
   const milliseconds timeout(3000);
   auto results = run_forked_group(3, timeout, milliseconds(30000),
                                   [](comm::Communicator& group, const Check&) {
-                                    at::Tensor big = at::ones({16 << 20}, at::kByte);
+                                    at::Tensor big = at::ones({64 << 20}, at::kByte);
                                     if (group.rank() == 2) {
                                       std::thread([] {
                                         std::this_thread::sleep_for(milliseconds(300));
                                         ::raise(SIGKILL);
                                       }).detach();
                                     }
-                                    for (int i = 0; i < 100000; ++i) group.broadcast(big, 0);
+                                    for (int i = 0; i < 100000; ++i) group.broadcast(big, 2);
                                   });
   EXPECT_EQ(results[2].status.signal, SIGKILL) << results[2].status.describe();
   for (int r = 0; r < 2; ++r) {
     const RankOutcome& result = results[static_cast<size_t>(r)];
-    expect_failed_naming(result, r, "broadcast(root 0)", "failed after", timeout);
+    expect_failed_naming(result, r, "broadcast(root 2)", "failed after", timeout);
     EXPECT_TRUE(std::regex_search(result.log, std::regex("Rank\\(s\\) ([0-9]+, )*2 exited")))
         << "rank " << r << " does not name rank 2 as exited:\n"
         << result.log;

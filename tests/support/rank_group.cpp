@@ -54,8 +54,10 @@ std::string text_of(const std::string& path) {
   try {
     store = std::make_shared<comm::TcpStore>("127.0.0.1", port, rank, rank == 0,
                                              options.collective_timeout);
+    context.store = store;
     context.group =
-        comm::make_gloo_communicator(store, rank, world, "world", options.collective_timeout);
+        comm::make_gloo_communicator(store, rank, world, "world", options.collective_timeout,
+                                     "127.0.0.1", options.same_host_path);
     body(context);
     context.group->barrier();  // rank 0 hosts the store: keep it up until everyone is done
   } catch (const comm::CommError& e) {

@@ -27,10 +27,12 @@
 #include <string>
 #include <vector>
 
+#include "comm/gloo_communicator.h"
 #include "tests/support/process.h"
 
 namespace ooze::comm {
 class Communicator;
+class Store;
 class TcpStoreServer;
 }  // namespace ooze::comm
 
@@ -60,6 +62,7 @@ struct RankContext {
   int rank = 0;
   int world = 1;
   std::shared_ptr<comm::Communicator> group;  // 'world'
+  std::shared_ptr<comm::Store> store;         // the group's rendezvous store (rank 0 hosts it)
   // Records a failed check (the rank goes on, and exits 1 at the end).
   std::function<void(bool ok, const std::string& what)> check;
   std::string dir;  // the ranks' directory, for files a test wants back
@@ -68,6 +71,7 @@ struct RankContext {
 struct ForkedRanksOptions {
   std::chrono::milliseconds collective_timeout{60000};
   std::chrono::milliseconds deadline{180000};  // for the whole group
+  comm::SameHostPath same_host_path = comm::SameHostPath::kWhenPossible;
 };
 
 // Runs `body` on `world` forked ranks. A rank exits 0 when every check passed, 1 when one failed,

@@ -1,0 +1,139 @@
+#include "comm/peer_memory.h"
+
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "comm/comm_error.h"
+
+namespace ooze::comm {
+namespace {
+
+// Peers of the same boot share this id; a peer on another machine (or VM) has its own.
+std::string boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+// The word peers read (and write back) to prove they can: random per process, so that reading
+// some other process that happens to have the announced pid (another pid namespace) cannot pass.
+uint64_t& probe_word() {
+  static uint64_t word = [] {
+    std::random_device device;
+    return (static_cast<uint64_t>(device()) << 32) ^ device() ^ static_cast<uint64_t>(getpid());
+  }();
+  return word;
+}
+
+struct Announcement {
+  std::string boot;
+  pid_t pid = 0;
+  uint64_t address = 0;
+  uint64_t word = 0;
+};
+
+Announcement parse(const std::string& text) {
+  Announcement a;
+  std::istringstream in(text);
+  in >> a.boot >> a.pid >> a.address >> a.word;
+  return a;
+}
+
+}  // namespace
+
+std::unique_ptr<PeerMemory> PeerMemory::connect(Store& store, int rank, int size,
+                                                std::chrono::milliseconds timeout,
+                                                std::string* why_not) {
+  auto refuse = [&](const std::string& reason) -> std::unique_ptr<PeerMemory> {
+    if (why_not) *why_not = reason;
+    return nullptr;
+  };
+  if (size < 2) return refuse("a group of one has no peers");
+  // Under Yama's ptrace_scope 1 a process may read only its descendants unless it names a
+  // reader; ranks are siblings, so each lets any process of its user read it, as MPI's
+  // cross-memory transports do. The user's own processes could read it through /proc anyway.
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+
+  const uint64_t& word = probe_word();
+  std::ostringstream mine;
+  mine << boot_id() << ' ' << getpid() << ' ' << reinterpret_cast<uint64_t>(&word) << ' ' << word;
+  store.set("peer_memory/" + std::to_string(rank), mine.str());
+
+  std::vector<Announcement> peers(static_cast<size_t>(size));
+  std::string problem;
+  for (int r = 0; r < size; ++r) {
+    peers[static_cast<size_t>(r)] = parse(store.get("peer_memory/" + std::to_string(r), timeout));
+  }
+  for (int r = 0; r < size && problem.empty(); ++r) {
+    const Announcement& peer = peers[static_cast<size_t>(r)];
+    if (r == rank) continue;
+    if (peer.boot != peers[static_cast<size_t>(rank)].boot) {
+      problem = "rank " + std::to_string(r) + " runs on another host";
+      break;
+    }
+    uint64_t read_back = 0;
+    iovec local{&read_back, sizeof(read_back)};
+    iovec remote{reinterpret_cast<void*>(peer.address), sizeof(read_back)};
+    const ssize_t got = process_vm_readv(peer.pid, &local, 1, &remote, 1, 0);
+    if (got != static_cast<ssize_t>(sizeof(read_back))) {
+      problem = "rank " + std::to_string(rank) + " cannot read rank " + std::to_string(r) +
+                " (pid " + std::to_string(peer.pid) + "): " + std::strerror(errno);
+    } else if (read_back != peer.word) {
+      problem = "rank " + std::to_string(r) + " (pid " + std::to_string(peer.pid) +
+                ") is in another pid namespace";
+    } else if (process_vm_writev(peer.pid, &local, 1, &remote, 1, 0) !=
+               static_cast<ssize_t>(sizeof(read_back))) {
+      problem = "rank " + std::to_string(rank) + " cannot write to rank " + std::to_string(r) +
+                " (pid " + std::to_string(peer.pid) + "): " + std::strerror(errno);
+    }
+  }
+  // Every rank learns every verdict, so all of them decide alike.
+  store.set("peer_memory_verdict/" + std::to_string(rank), problem.empty() ? "ok" : problem);
+  for (int r = 0; r < size; ++r) {
+    const std::string verdict = store.get("peer_memory_verdict/" + std::to_string(r), timeout);
+    if (verdict != "ok") return refuse(verdict);
+  }
+  std::vector<pid_t> pids;
+  for (const Announcement& peer : peers) pids.push_back(peer.pid);
+  return std::unique_ptr<PeerMemory>(new PeerMemory(rank, std::move(pids)));
+}
+
+void PeerMemory::read(int peer, uint64_t remote, void* local, size_t bytes) const {
+  transfer(/*reading=*/true, peer, remote, local, bytes);
+}
+
+void PeerMemory::write(int peer, uint64_t remote, const void* local, size_t bytes) const {
+  transfer(/*reading=*/false, peer, remote, const_cast<void*>(local), bytes);
+}
+
+void PeerMemory::transfer(bool reading, int peer, uint64_t remote, void* local,
+                          size_t bytes) const {
+  const pid_t pid = pids_[static_cast<size_t>(peer)];
+  char* here = static_cast<char*>(local);
+  while (bytes > 0) {
+    iovec mine{here, bytes};
+    iovec theirs{reinterpret_cast<void*>(remote), bytes};
+    const ssize_t moved = reading ? process_vm_readv(pid, &mine, 1, &theirs, 1, 0)
+                                  : process_vm_writev(pid, &mine, 1, &theirs, 1, 0);
+    if (moved <= 0) {
+      const int error = moved < 0 ? errno : EIO;
+      throw CommError(std::string(reading ? "reading " : "writing ") + std::to_string(bytes) +
+                      " bytes " + (reading ? "of" : "to") + " rank " + std::to_string(peer) +
+                      " (pid " + std::to_string(pid) + ") failed: " + std::strerror(error));
+    }
+    // The kernel stops short only at an unmapped page or a signal; go on from there.
+    here += moved;
+    remote += static_cast<uint64_t>(moved);
+    bytes -= static_cast<size_t>(moved);
+  }
+}
+
+}  // namespace ooze::comm

@@ -1,0 +1,71 @@
+// The CPU collectives of a group whose ranks share one host: every rank reads what it needs
+// from its peers' tensors where they lie (peer_memory.h; a broadcast's root also writes part of
+// it into theirs), so each byte is copied once, where loopback TCP copies it into a socket,
+// through the kernel and out again.
+//
+// Each operation runs in three steps on the group's operation thread:
+//   1. exchange   every rank publishes the address and size of its tensor (a small collective
+//                 of the group's own transport, which also orders this operation after the
+//                 ones before it on every rank);
+//   2. copy       each rank copies or reduces from its peers' tensors into its own output;
+//   3. barrier    no rank returns, and so changes or frees its tensor, while a peer still reads
+//                 it.
+// Reductions combine in rank order ((rank 0's value op rank 1's) op rank 2's ...), in blocks that
+// stay in cache, so a result does not depend on which rank computed it, nor on timing.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "comm/peer_memory.h"
+#include "comm/reduce_kernels.h"
+
+namespace ooze::comm {
+
+// Steps 1 and 3, provided by the group's transport.
+struct SameHostControl {
+  // Every rank's pair of words (here: address, bytes), in rank order.
+  std::function<std::vector<uint64_t>(uint64_t, uint64_t)> exchange;
+  std::function<void()> barrier;
+};
+
+class SameHostCollectives {
+ public:
+  explicit SameHostCollectives(std::unique_ptr<PeerMemory> peers);
+
+  // As Communicator's (communicator.h), with `counts` the elements of each rank's share.
+  // Tensors are contiguous; `input` may be a view of its rank's share of `output`.
+  void all_gather(const at::Tensor& output, const at::Tensor& input,
+                  const std::vector<int64_t>& counts, const SameHostControl& control);
+  // AVG reduces as SUM: the caller divides.
+  void reduce_scatter(const at::Tensor& output, const at::Tensor& input,
+                      const std::vector<int64_t>& counts, ReduceKernel kernel,
+                      const SameHostControl& control);
+  // A reduce-scatter of the ranks' shares in place, then an all-gather of them.
+  void all_reduce(const at::Tensor& tensor, ReduceKernel kernel, const SameHostControl& control);
+  void broadcast(const at::Tensor& tensor, int root, const SameHostControl& control);
+
+ private:
+  struct Peer {
+    uint64_t address;
+    uint64_t bytes;
+  };
+  // Step 1: every rank's tensor, after checking that each holds `expected_bytes[r]`.
+  std::vector<Peer> exchange(const at::Tensor& mine, const std::vector<uint64_t>& expected_bytes,
+                             const SameHostControl& control) const;
+  // out[0, n) = the reduction over ranks r of rank r's elements [offset, offset + n) of its
+  // tensor, whose own copy is `local`.
+  void reduce_share(char* out, const char* local, const std::vector<Peer>& tensors,
+                    size_t offset_bytes, size_t bytes, size_t element, ReduceKernel kernel);
+  void copy_from(int peer, const Peer& tensor, size_t offset_bytes, void* into, size_t bytes) const;
+
+  std::unique_ptr<PeerMemory> peers_;
+  std::vector<char> staging_;       // one reduction block per rank, kept between calls
+  std::vector<const char*> parts_;  // each rank's block of the reduction at hand
+};
+
+}  // namespace ooze::comm
