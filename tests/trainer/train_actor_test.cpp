@@ -212,7 +212,11 @@ TEST_F(TrainActorTest, DynamicBatchingAtTwoRanksMatchesOneRank) {
     most = std::max(most, (pair_weights.at(name) - tensor).abs().max().item<double>());
   }
   std::printf("max |two ranks - one rank| over every weight after 3 steps: %.3g\n", most);
-  EXPECT_LE(most, 3e-8);
+  // Two ranks sum the gradients in another order than one rank does: a couple of float32 ulps
+  // at weights near 1 (how many shows depends on the CPU's BLAS kernels), far below what the
+  // three steps moved them.
+  const double bound = 2.5e-7;
+  EXPECT_LE(most, bound);
   // And they trained: the weights moved from the initial model's.
   const ShardedSafetensors initial = ShardedSafetensors::open(*dir_ + "/model");
   double moved = 0;
@@ -220,7 +224,7 @@ TEST_F(TrainActorTest, DynamicBatchingAtTwoRanksMatchesOneRank) {
     moved =
         std::max(moved, (initial.tensor(name).to(at::kFloat) - tensor).abs().max().item<double>());
   }
-  EXPECT_GT(moved, 100 * 3e-8);
+  EXPECT_GT(moved, 100 * bound);
   stop(pair);
   stop(single);
 }

@@ -98,9 +98,11 @@ TEST(SelfDistillationStep, TheStepsJsdIsThatOfThePlainModelReadingBothContexts) 
     expected += jsd.mean().item<double>() / static_cast<double>(samples.size());
   }
   EXPECT_GT(expected, 1e-4);  // the privileged tokens do change the teacher's mind
-  EXPECT_NEAR(out.metrics.at("opd_jsd"), expected, 1e-6 * expected + 1e-9);
+  // float32 forwards against the fp64 reference: a few parts per million (the CPU's BLAS
+  // kernels decide how many).
+  EXPECT_NEAR(out.metrics.at("opd_jsd"), expected, 1e-5 * expected);
   // Zero advantages: the step's loss is the JSD term alone (--opd-kl-coef 1).
-  EXPECT_NEAR(out.metrics.at("loss"), expected, 1e-6 * expected + 1e-9);
+  EXPECT_NEAR(out.metrics.at("loss"), expected, 1e-5 * expected);
 }
 
 // `opd_jsd` over 15 steps of `policy` on the JSD alone (zero advantages) against `teacher`.
@@ -192,8 +194,10 @@ TEST(FullVocabularyDistillationStep, TheStepsJsdIsThatOfTheTwoPlainModelsOnTheSa
     expected += jsd.mean().item<double>() / static_cast<double>(samples.size());
   }
   EXPECT_GT(expected, 1e-4);
-  EXPECT_NEAR(out.metrics.at("opd_jsd"), expected, 1e-6 * expected + 1e-9);
-  EXPECT_NEAR(out.metrics.at("loss"), expected, 1e-6 * expected + 1e-9);
+  // float32 forwards against the fp64 reference: a few parts per million (the CPU's BLAS
+  // kernels decide how many).
+  EXPECT_NEAR(out.metrics.at("opd_jsd"), expected, 1e-5 * expected);
+  EXPECT_NEAR(out.metrics.at("loss"), expected, 1e-5 * expected);
 }
 
 TEST(FullVocabularyDistillationStep, OnTheJsdAloneTheStudentMovesToItsTeacher) {
