@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
+#include "core/blas_kernels.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "models/chat_template.h"
@@ -161,7 +162,8 @@ int64_t direct_conversation(serving::Router& router, const models::Tokenizer& to
 
 }  // namespace
 
-int main() {
+int main(int, char** argv) {
+  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
   try {
     at::set_num_threads(2);
     ScopedTempDir files("agent-session-bench");

@@ -58,6 +58,7 @@
 #include "comm/communicator.h"
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
+#include "core/blas_kernels.h"
 #include "core/cpu_memory_counter.h"
 #include "core/error.h"
 #include "fsdp/fsdp_transformer.h"
@@ -424,6 +425,7 @@ int run_bench(int64_t tokens, int64_t c1_tokens, bool long_training) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
   try {
     if (argc == 8 && std::string(argv[1]) == "--worker") {
       return run_worker(std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), argv[6],

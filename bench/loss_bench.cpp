@@ -20,6 +20,7 @@
 
 #include "algorithms/advantages.h"
 #include "algorithms/policy_loss.h"
+#include "core/blas_kernels.h"
 
 using namespace ooze::algorithms;
 using Clock = std::chrono::steady_clock;
@@ -134,7 +135,8 @@ void bench_gae() {
 
 }  // namespace
 
-int main() {
+int main(int, char** argv) {
+  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
   at::set_num_threads(1);
   bench_policy_loss();
   bench_gae();

@@ -16,6 +16,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/blas_kernels.h"
 #include "core/timer.h"
 #include "models/kv_cache.h"
 #include "models/transformer.h"
@@ -90,7 +91,8 @@ void print_line(const char* bench, double tokens_per_second, double flops_per_to
 
 }  // namespace
 
-int main() {
+int main(int, char** argv) {
+  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
   torch::NoGradGuard no_grad;
   const ModelConfig config = bench_config();
   TransformerModel model(config);

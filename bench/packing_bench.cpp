@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/blas_kernels.h"
 #include "fsdp/packing.h"
 
 using namespace ooze::fsdp;
@@ -107,7 +108,8 @@ std::vector<at::Tensor> pad_everything(const std::vector<PackingSample>& samples
 
 }  // namespace
 
-int main() {
+int main(int, char** argv) {
+  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
   at::set_num_threads(1);
   const std::vector<PackingSample> samples = make_batch();
   const std::vector<int64_t> lengths = sample_lengths(samples);

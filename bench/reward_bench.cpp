@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/blas_kernels.h"
 #include "rollout/rewards/boxed_answer.h"
 #include "rollout/rewards/math_normalization.h"
 #include "rollout/rewards/math_reward.h"
@@ -134,7 +135,8 @@ void print_line(const std::string& metric, double value, const std::string& unit
 
 }  // namespace
 
-int main() {
+int main(int, char** argv) {
+  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
   const std::vector<GradedCase> cases = table();
   int reward_right = 0;
   int string_right = 0;

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
+#include "core/blas_kernels.h"
 
 namespace {
 
@@ -145,7 +146,8 @@ void run_bench() {
 
 }  // namespace
 
-int main() {
+int main(int, char** argv) {
+  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
   try {
     run_bench();
   } catch (const std::exception& error) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
+#include "core/blas_kernels.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "models/model_init.h"
@@ -266,7 +267,8 @@ void bench_dynamic_sampling(ServedModel& served,
 
 }  // namespace
 
-int main() {
+int main(int, char** argv) {
+  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
   at::set_num_threads(1);
   ScopedTempDir files("ooze-rollout-manager-bench");
   models::ModelInitOptions model;

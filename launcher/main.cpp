@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/runtime.h"
+#include "core/blas_kernels.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "launcher/commands.h"
@@ -72,6 +73,7 @@ int fail(const std::string& command, const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
   // A write past the file-size limit (`ulimit -f`, which some batch systems set) then fails with
   // EFBIG, and the error names the file and the bytes it needed, instead of the signal killing
   // the process that wrote it. Workers start from this program and keep the disposition.

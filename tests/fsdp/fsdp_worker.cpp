@@ -45,6 +45,7 @@
 
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
+#include "core/blas_kernels.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "fsdp/checkpoint.h"
@@ -543,6 +544,7 @@ void run_config(const std::map<std::string, std::string>& config,
 }  // namespace
 
 int main(int argc, char** argv) {
+  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
   if (argc < 7) {
     std::cerr << "usage: fsdp_worker RANK WORLD PORT TIMEOUT_MS OUT_DIR CONFIG..." << std::endl;
     return 2;
