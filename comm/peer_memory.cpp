@@ -33,18 +33,18 @@ uint64_t& probe_word() {
   return word;
 }
 
-struct Announcement {
-  std::string boot;
+// What a rank publishes: its pid and where its probe word is, with the word's value.
+struct Probe {
   pid_t pid = 0;
   uint64_t address = 0;
   uint64_t word = 0;
 };
 
-Announcement parse(const std::string& text) {
-  Announcement a;
+Probe parse(const std::string& text) {
+  Probe probe;
   std::istringstream in(text);
-  in >> a.boot >> a.pid >> a.address >> a.word;
-  return a;
+  in >> probe.pid >> probe.address >> probe.word;
+  return probe;
 }
 
 }  // namespace
@@ -57,28 +57,33 @@ std::unique_ptr<PeerMemory> PeerMemory::connect(Store& store, int rank, int size
     return nullptr;
   };
   if (size < 2) return refuse("a group of one has no peers");
+  // First the hosts, so that a rank relaxes its ptrace policy (below) only for peers that may
+  // use it: those of the same boot.
+  const std::string boot = boot_id();
+  store.set("peer_memory_host/" + std::to_string(rank), boot);
+  for (int r = 0; r < size; ++r) {
+    if (store.get("peer_memory_host/" + std::to_string(r), timeout) != boot) {
+      return refuse("rank " + std::to_string(r) + " runs on another host");
+    }
+  }
   // Under Yama's ptrace_scope 1 a process may read only its descendants unless it names a
   // reader; ranks are siblings, so each lets any process of its user read it, as MPI's
-  // cross-memory transports do. The user's own processes could read it through /proc anyway.
+  // cross-memory transports do.
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 
   const uint64_t& word = probe_word();
   std::ostringstream mine;
-  mine << boot_id() << ' ' << getpid() << ' ' << reinterpret_cast<uint64_t>(&word) << ' ' << word;
+  mine << getpid() << ' ' << reinterpret_cast<uint64_t>(&word) << ' ' << word;
   store.set("peer_memory/" + std::to_string(rank), mine.str());
 
-  std::vector<Announcement> peers(static_cast<size_t>(size));
-  std::string problem;
+  std::vector<Probe> peers(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
     peers[static_cast<size_t>(r)] = parse(store.get("peer_memory/" + std::to_string(r), timeout));
   }
+  std::string problem;
   for (int r = 0; r < size && problem.empty(); ++r) {
-    const Announcement& peer = peers[static_cast<size_t>(r)];
+    const Probe& peer = peers[static_cast<size_t>(r)];
     if (r == rank) continue;
-    if (peer.boot != peers[static_cast<size_t>(rank)].boot) {
-      problem = "rank " + std::to_string(r) + " runs on another host";
-      break;
-    }
     uint64_t read_back = 0;
     iovec local{&read_back, sizeof(read_back)};
     iovec remote{reinterpret_cast<void*>(peer.address), sizeof(read_back)};
@@ -102,7 +107,7 @@ std::unique_ptr<PeerMemory> PeerMemory::connect(Store& store, int rank, int size
     if (verdict != "ok") return refuse(verdict);
   }
   std::vector<pid_t> pids;
-  for (const Announcement& peer : peers) pids.push_back(peer.pid);
+  for (const Probe& peer : peers) pids.push_back(peer.pid);
   return std::unique_ptr<PeerMemory>(new PeerMemory(rank, std::move(pids)));
 }
 

@@ -258,56 +258,44 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<1>(info.param) == comm::SameHostPath::kOff ? "Tcp" : "SameHost");
     });
 
-// Over TCP: the last rank of the chain, which never talks to the root, dies while large
-// broadcasts run: its predecessor and the root both fail within the timeout, naming it.
-TEST(GlooFailures, ReceiverKilledMidBroadcastIsNamedByTheRoot) {
+// Rank 2 of 3 kills itself 300 ms into a loop of large broadcasts from `root`: ranks 0 and 1
+// must fail within the timeout, naming the broadcast and rank 2 as exited.
+void expect_death_in_broadcasts_named(int root, int64_t bytes, comm::SameHostPath same_host_path) {
   const milliseconds timeout(3000);
   auto results = run_forked_group(
       3, timeout, milliseconds(30000),
-      [](comm::Communicator& group, const Check&) {
-        at::Tensor big = at::ones({16 << 20}, at::kByte);
+      [&](comm::Communicator& group, const Check&) {
+        at::Tensor big = at::ones({bytes}, at::kByte);
         if (group.rank() == 2) {
           std::thread([] {
             std::this_thread::sleep_for(milliseconds(300));
             ::raise(SIGKILL);
           }).detach();
         }
-        for (int i = 0; i < 100000; ++i) group.broadcast(big, 0);
+        for (int i = 0; i < 100000; ++i) group.broadcast(big, root);
       },
-      comm::SameHostPath::kOff);
+      same_host_path);
   EXPECT_EQ(results[2].status.signal, SIGKILL) << results[2].status.describe();
+  const std::string what = "broadcast(root " + std::to_string(root) + ")";
   for (int r = 0; r < 2; ++r) {
     const RankOutcome& result = results[static_cast<size_t>(r)];
-    expect_failed_naming(result, r, "broadcast(root 0)", "failed after", timeout);
+    expect_failed_naming(result, r, what, "failed after", timeout);
     EXPECT_TRUE(std::regex_search(result.log, std::regex("Rank\\(s\\) ([0-9]+, )*2 exited")))
         << "rank " << r << " does not name rank 2 as exited:\n"
         << result.log;
   }
 }
 
-// On one host the readers copy from the root's memory: when the root dies mid-broadcast, they
-// fail within the timeout, naming it.
+// Over TCP: the last rank of the chain, which never talks to the root, dies: its predecessor
+// and the root both name it.
+TEST(GlooFailures, ReceiverKilledMidBroadcastIsNamedByTheRoot) {
+  expect_death_in_broadcasts_named(/*root=*/0, 16 << 20, comm::SameHostPath::kOff);
+}
+
+// On one host the readers copy from the root's memory (and the root writes into theirs): when
+// the root dies, both readers name it.
 TEST(GlooFailures, RootKilledMidSameHostBroadcastIsNamedByItsReaders) {
-  const milliseconds timeout(3000);
-  auto results = run_forked_group(3, timeout, milliseconds(30000),
-                                  [](comm::Communicator& group, const Check&) {
-                                    at::Tensor big = at::ones({64 << 20}, at::kByte);
-                                    if (group.rank() == 2) {
-                                      std::thread([] {
-                                        std::this_thread::sleep_for(milliseconds(300));
-                                        ::raise(SIGKILL);
-                                      }).detach();
-                                    }
-                                    for (int i = 0; i < 100000; ++i) group.broadcast(big, 2);
-                                  });
-  EXPECT_EQ(results[2].status.signal, SIGKILL) << results[2].status.describe();
-  for (int r = 0; r < 2; ++r) {
-    const RankOutcome& result = results[static_cast<size_t>(r)];
-    expect_failed_naming(result, r, "broadcast(root 2)", "failed after", timeout);
-    EXPECT_TRUE(std::regex_search(result.log, std::regex("Rank\\(s\\) ([0-9]+, )*2 exited")))
-        << "rank " << r << " does not name rank 2 as exited:\n"
-        << result.log;
-  }
+  expect_death_in_broadcasts_named(/*root=*/2, 64 << 20, comm::SameHostPath::kWhenPossible);
 }
 
 // reduce_scatter fills an output of any shape with its rank's share, a group of one included
