@@ -429,10 +429,10 @@ class GlooCommunicator final : public Communicator {
   SameHostControl same_host_control(uint32_t tag) {
     SameHostControl control;
     control.exchange = [this, tag](uint64_t first, uint64_t second) {
-      const uint64_t mine[2] = {first, second};
+      uint64_t mine[2] = {first, second};
       std::vector<uint64_t> all(2 * static_cast<size_t>(size_));
       gloo::AllgatherOptions opts(context_);
-      opts.setInput(const_cast<uint64_t*>(mine), 2);
+      opts.setInput(mine, 2);
       opts.setOutput(all.data(), all.size());
       opts.setTag(tag);
       opts.setTimeout(op_timeout());

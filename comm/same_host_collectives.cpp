@@ -39,14 +39,14 @@ SameHostCollectives::SameHostCollectives(std::unique_ptr<PeerMemory> peers)
       staging_(static_cast<size_t>(peers_->size()) * kReduceBlockBytes),
       parts_(static_cast<size_t>(peers_->size())) {}
 
-std::vector<SameHostCollectives::Peer> SameHostCollectives::exchange(
+std::vector<SameHostCollectives::PeerTensor> SameHostCollectives::exchange(
     const at::Tensor& mine, const std::vector<uint64_t>& expected_bytes,
     const SameHostControl& control) const {
   const std::vector<uint64_t> words =
       control.exchange(reinterpret_cast<uint64_t>(mine.data_ptr()), mine.nbytes());
-  std::vector<Peer> tensors;
+  std::vector<PeerTensor> tensors;
   for (size_t r = 0; r < expected_bytes.size(); ++r) {
-    tensors.push_back(Peer{words[2 * r], words[2 * r + 1]});
+    tensors.push_back(PeerTensor{words[2 * r], words[2 * r + 1]});
     if (tensors.back().bytes != expected_bytes[r]) {
       throw CommError("rank " + std::to_string(r) + " passed a tensor of " +
                       std::to_string(tensors.back().bytes) + " bytes where rank " +
@@ -58,14 +58,8 @@ std::vector<SameHostCollectives::Peer> SameHostCollectives::exchange(
   return tensors;
 }
 
-void SameHostCollectives::copy_from(int peer, const Peer& tensor, size_t offset_bytes, void* into,
-                                    size_t bytes) const {
-  if (bytes == 0) return;
-  peers_->read(peer, tensor.address + offset_bytes, into, bytes);
-}
-
 void SameHostCollectives::reduce_share(char* out, const char* local,
-                                       const std::vector<Peer>& tensors, size_t offset_bytes,
+                                       const std::vector<PeerTensor>& tensors, size_t offset_bytes,
                                        size_t bytes, size_t element, ReduceKernel kernel) {
   const int world = peers_->size(), me = peers_->rank();
   for (size_t done = 0; done < bytes; done += kReduceBlockBytes) {
@@ -75,7 +69,8 @@ void SameHostCollectives::reduce_share(char* out, const char* local,
       char* staging = staging_.data() + static_cast<size_t>(r) * kReduceBlockBytes;
       const char* part = local + offset_bytes + done;
       if (r != me) {
-        copy_from(r, tensors[static_cast<size_t>(r)], offset_bytes + done, staging, block);
+        peers_->read(r, tensors[static_cast<size_t>(r)].address + offset_bytes + done, staging,
+                     block);
         part = staging;
       } else if (r >= 2 && overlap(into, part, block)) {
         // The output is written from the first two ranks' blocks on, before this one is added.
@@ -98,13 +93,13 @@ void SameHostCollectives::all_gather(const at::Tensor& output, const at::Tensor&
   const std::vector<uint64_t> offsets = byte_offsets(counts, element);
   std::vector<uint64_t> expected;
   for (int64_t c : counts) expected.push_back(static_cast<uint64_t>(c) * element);
-  const std::vector<Peer> tensors = exchange(input, expected, control);
+  const std::vector<PeerTensor> tensors = exchange(input, expected, control);
   char* out = static_cast<char*>(output.data_ptr());
   for (int r = 0; r < world; ++r) {
     char* into = out + offsets[static_cast<size_t>(r)];
     const size_t bytes = expected[static_cast<size_t>(r)];
     if (r != me) {
-      copy_from(r, tensors[static_cast<size_t>(r)], 0, into, bytes);
+      peers_->read(r, tensors[static_cast<size_t>(r)].address, into, bytes);
     } else if (bytes > 0 && into != input.data_ptr()) {
       std::memcpy(into, input.data_ptr(), bytes);
     }
@@ -119,7 +114,7 @@ void SameHostCollectives::reduce_scatter(const at::Tensor& output, const at::Ten
   const size_t element = static_cast<size_t>(input.element_size());
   const std::vector<uint64_t> offsets = byte_offsets(counts, element);
   const std::vector<uint64_t> expected(static_cast<size_t>(world), input.nbytes());
-  const std::vector<Peer> tensors = exchange(input, expected, control);
+  const std::vector<PeerTensor> tensors = exchange(input, expected, control);
   reduce_share(static_cast<char*>(output.data_ptr()), static_cast<const char*>(input.data_ptr()),
                tensors, offsets[static_cast<size_t>(me)],
                static_cast<size_t>(counts[static_cast<size_t>(me)]) * element, element, kernel);
@@ -133,7 +128,7 @@ void SameHostCollectives::all_reduce(const at::Tensor& tensor, ReduceKernel kern
   const std::vector<int64_t> counts = even_shares(tensor.numel(), world);
   const std::vector<uint64_t> offsets = byte_offsets(counts, element);
   const std::vector<uint64_t> expected(static_cast<size_t>(world), tensor.nbytes());
-  const std::vector<Peer> tensors = exchange(tensor, expected, control);
+  const std::vector<PeerTensor> tensors = exchange(tensor, expected, control);
   char* data = static_cast<char*>(tensor.data_ptr());
   // Rank r writes only share r of its tensor while its peers read their own share of it.
   const size_t mine = offsets[static_cast<size_t>(me)];
@@ -144,8 +139,8 @@ void SameHostCollectives::all_reduce(const at::Tensor& tensor, ReduceKernel kern
   for (int r = 0; r < world; ++r) {
     if (r == me) continue;
     const size_t at = offsets[static_cast<size_t>(r)];
-    copy_from(r, tensors[static_cast<size_t>(r)], at, data + at,
-              static_cast<size_t>(counts[static_cast<size_t>(r)]) * element);
+    peers_->read(r, tensors[static_cast<size_t>(r)].address + at, data + at,
+                 static_cast<size_t>(counts[static_cast<size_t>(r)]) * element);
   }
   control.barrier();
 }
@@ -155,7 +150,7 @@ void SameHostCollectives::broadcast(const at::Tensor& tensor, int root,
   const int world = peers_->size(), me = peers_->rank();
   const size_t bytes = tensor.nbytes();
   const std::vector<uint64_t> expected(static_cast<size_t>(world), bytes);
-  const std::vector<Peer> tensors = exchange(tensor, expected, control);
+  const std::vector<PeerTensor> tensors = exchange(tensor, expected, control);
   // One process copies well below memory speed through the kernel, so the root works too: each
   // reader pulls the first (W-1)/W of the bytes and the root pushes the rest to every reader,
   // which gives every rank (W-1)/W of the tensor to copy.
@@ -163,7 +158,7 @@ void SameHostCollectives::broadcast(const at::Tensor& tensor, int root,
       bytes / static_cast<size_t>(world) * static_cast<size_t>(world - 1) / kPageBytes * kPageBytes;
   char* data = static_cast<char*>(tensor.data_ptr());
   if (me != root) {
-    copy_from(root, tensors[static_cast<size_t>(root)], 0, data, pulled);
+    peers_->read(root, tensors[static_cast<size_t>(root)].address, data, pulled);
   } else {
     for (int r = 0; r < world; ++r) {
       if (r == root || bytes == pulled) continue;

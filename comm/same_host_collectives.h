@@ -50,18 +50,18 @@ class SameHostCollectives {
   void broadcast(const at::Tensor& tensor, int root, const SameHostControl& control);
 
  private:
-  struct Peer {
+  struct PeerTensor {
     uint64_t address;
     uint64_t bytes;
   };
   // Step 1: every rank's tensor, after checking that each holds `expected_bytes[r]`.
-  std::vector<Peer> exchange(const at::Tensor& mine, const std::vector<uint64_t>& expected_bytes,
-                             const SameHostControl& control) const;
+  std::vector<PeerTensor> exchange(const at::Tensor& mine,
+                                   const std::vector<uint64_t>& expected_bytes,
+                                   const SameHostControl& control) const;
   // out[0, n) = the reduction over ranks r of rank r's elements [offset, offset + n) of its
   // tensor, whose own copy is `local`.
-  void reduce_share(char* out, const char* local, const std::vector<Peer>& tensors,
+  void reduce_share(char* out, const char* local, const std::vector<PeerTensor>& tensors,
                     size_t offset_bytes, size_t bytes, size_t element, ReduceKernel kernel);
-  void copy_from(int peer, const Peer& tensor, size_t offset_bytes, void* into, size_t bytes) const;
 
   std::unique_ptr<PeerMemory> peers_;
   std::vector<char> staging_;       // one reduction block per rank, kept between calls
