@@ -3,12 +3,13 @@
 #   make demo    install dependencies, build, run the default experiment
 #   make test    install dependencies, build, run the whole test suite (CTest)
 #   make bench   install dependencies, build, run the benchmarks (JSON lines on stdout)
+#   make bench-scale  the real-size benchmark (a Qwen3-0.6B-shaped model end to end; ~30 min)
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build build-demo build-bench demo test bench clean
+.PHONY: all deps configure build build-demo build-bench demo test bench bench-scale clean
 
 all: build
 
@@ -38,6 +39,10 @@ test: build
 
 bench: build-bench
 	bash bench/run.sh $(BUILD_DIR)
+
+bench-scale: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target bench_scale_bench
+	$(BUILD_DIR)/bench/bench_scale_bench
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -33,8 +33,8 @@
 #include <zmq.hpp>
 
 #include "actors/runtime.h"
-#include "core/blas_kernels.h"
 #include "core/error.h"
+#include "core/load_time_settings.h"
 #include "core/tensor_serialization.h"
 #include "core/timer.h"
 
@@ -347,8 +347,8 @@ int run_benchmarks(const char* program) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);   // first: it may start this program again
-  ooze::actors::run_worker_if_requested();  // an actor's process serves here and never returns
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
+  ooze::actors::run_worker_if_requested();    // an actor's process serves here and never returns
   if (argc == 3 && std::string(argv[1]) == kEchoFlag) return run_echo_peer(argv[2]);
 
   ::setenv("OMP_NUM_THREADS", "1", 1);

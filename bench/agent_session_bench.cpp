@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
 #include "core/error.h"
+#include "core/load_time_settings.h"
 #include "engine/engine.h"
 #include "models/chat_template.h"
 #include "models/model_init.h"
@@ -163,7 +163,7 @@ int64_t direct_conversation(serving::Router& router, const models::Tokenizer& to
 }  // namespace
 
 int main(int, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   try {
     at::set_num_threads(2);
     ScopedTempDir files("agent-session-bench");

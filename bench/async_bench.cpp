@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 
 namespace {
 
@@ -142,7 +142,7 @@ void run_bench() {
 }  // namespace
 
 int main(int, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   try {
     run_bench();
   } catch (const std::exception& error) {

@@ -24,7 +24,7 @@
 #include "bench/bench_support.h"
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 
 using namespace ooze::comm;
 using Clock = std::chrono::steady_clock;
@@ -137,7 +137,7 @@ bool run_group(int world, SameHostPath same_host_path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   if (argc == 6 && std::string(argv[1]) == "--rank") {
     return run_rank(
         std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]),

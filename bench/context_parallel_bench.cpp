@@ -58,9 +58,9 @@
 #include "comm/communicator.h"
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
-#include "core/blas_kernels.h"
 #include "core/cpu_memory_counter.h"
 #include "core/error.h"
+#include "core/load_time_settings.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/packing.h"
 #include "fsdp/sharded_adamw.h"
@@ -425,7 +425,7 @@ int run_bench(int64_t tokens, int64_t c1_tokens, bool long_training) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   try {
     if (argc == 8 && std::string(argv[1]) == "--worker") {
       return run_worker(std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), argv[6],

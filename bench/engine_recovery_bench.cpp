@@ -20,7 +20,7 @@
 
 #include "actors/runtime.h"
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "launcher/engine_supervisor.h"
 #include "launcher/rl_placement.h"
 #include "launcher/train_plan.h"
@@ -170,8 +170,8 @@ void run() {
 }  // namespace ooze::launcher
 
 int main(int, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);   // first: it may start this program again
-  ooze::actors::run_worker_if_requested();  // trainer ranks and engines are this program
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
+  ooze::actors::run_worker_if_requested();    // trainer ranks and engines are this program
   ::setenv("OMP_NUM_THREADS", "1", 1);
   at::set_num_threads(1);
   try {

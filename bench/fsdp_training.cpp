@@ -48,8 +48,8 @@
 #include "comm/communicator.h"
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
-#include "core/blas_kernels.h"
 #include "core/error.h"
+#include "core/load_time_settings.h"
 #include "core/timer.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/optimizer_step.h"
@@ -340,7 +340,7 @@ int run_bench() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   try {
     if (argc == 7 && std::string(argv[1]) == "--rank") {
       return run_rank(std::atoi(argv[2]), std::atoi(argv[4]), argv[6]);

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "engine/engine.h"
 #include "models/model_init.h"
 #include "models/transformer.h"
@@ -130,7 +130,7 @@ double engine_seconds(ooze::engine::Engine& engine, int64_t batch, int64_t promp
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   Settings s;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "engine/engine.h"
 #include "models/gguf_export.h"
 #include "models/model_init.h"
@@ -139,7 +139,7 @@ Rates measure_llama_cpp(const std::string& gguf, int64_t threads,
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   std::vector<int64_t> threads = {1, 2}, batches = {1, 16, 64};
   int64_t new_tokens = 16;
   std::string shape = "0.6b";

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "core/timer.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/sharded_adamw.h"
@@ -202,7 +202,7 @@ std::map<std::string, double> sync_walk(const ooze::models::ModelConfig& config,
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   const bool qwen3_06b =
       argc > 2 && std::string(argv[1]) == "--shape" && std::string(argv[2]) == "qwen3-0.6b";
   const ooze::models::ModelConfig config = model_config(qwen3_06b);

@@ -20,7 +20,7 @@
 
 #include "algorithms/advantages.h"
 #include "algorithms/policy_loss.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 
 using namespace ooze::algorithms;
 using Clock = std::chrono::steady_clock;
@@ -136,7 +136,7 @@ void bench_gae() {
 }  // namespace
 
 int main(int, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   at::set_num_threads(1);
   bench_policy_loss();
   bench_gae();

@@ -16,7 +16,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "core/timer.h"
 #include "models/kv_cache.h"
 #include "models/transformer.h"
@@ -92,7 +92,7 @@ void print_line(const char* bench, double tokens_per_second, double flops_per_to
 }  // namespace
 
 int main(int, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   torch::NoGradGuard no_grad;
   const ModelConfig config = bench_config();
   TransformerModel model(config);

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "fsdp/packing.h"
 
 using namespace ooze::fsdp;
@@ -109,7 +109,7 @@ std::vector<at::Tensor> pad_everything(const std::vector<PackingSample>& samples
 }  // namespace
 
 int main(int, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   at::set_num_threads(1);
   const std::vector<PackingSample> samples = make_batch();
   const std::vector<int64_t> lengths = sample_lengths(samples);

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "fsdp/fsdp_transformer.h"
 #include "fsdp/packing.h"
 #include "fsdp/sharded_adamw.h"
@@ -242,7 +242,7 @@ Comparison compare(const Shape& shape, const std::string& python_loss) {
 }  // namespace
 
 int main(int, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   try {
     at::set_num_threads(1);
     const std::string loss =

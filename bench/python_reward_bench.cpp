@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "rollout/reward_model.h"
 
 namespace rollout = ooze::rollout;
@@ -99,7 +99,7 @@ double demo_rollout_seconds(const ooze::bench::ScopedTempDir& files,
 }  // namespace
 
 int main(int, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   const std::string bench = "python_reward";
   const std::string cpp_path = std::string(OOZE_EXACT_MATCH_PLUGIN) + ":exact_match";
   const std::string python = std::string(OOZE_SOURCE_DIR) + "/examples/demo/exact_match_reward.py";

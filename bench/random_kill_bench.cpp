@@ -16,11 +16,11 @@
 #include <string>
 
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "tests/support/random_kills.h"
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   int kills = 50, rollouts = 8;
   unsigned seed = std::random_device{}();
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "rollout/rewards/boxed_answer.h"
 #include "rollout/rewards/math_normalization.h"
 #include "rollout/rewards/math_reward.h"
@@ -136,7 +136,7 @@ void print_line(const std::string& metric, double value, const std::string& unit
 }  // namespace
 
 int main(int, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   const std::vector<GradedCase> cases = table();
   int reward_right = 0;
   int string_right = 0;

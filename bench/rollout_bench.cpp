@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
 #include "core/error.h"
+#include "core/load_time_settings.h"
 #include "engine/engine.h"
 #include "models/hf_checkpoint.h"
 #include "models/kv_cache.h"
@@ -518,7 +518,7 @@ void bench_http_overhead(const BenchModel& model, int threads) {
 }  // namespace
 
 int main(int, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(threads);
   print_line("rollout.setup", "intra_op_threads", threads, "threads", std::nullopt, std::nullopt);

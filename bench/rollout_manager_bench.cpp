@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
 #include "core/error.h"
+#include "core/load_time_settings.h"
 #include "engine/engine.h"
 #include "models/model_init.h"
 #include "models/tokenizer.h"
@@ -268,7 +268,7 @@ void bench_dynamic_sampling(ServedModel& served,
 }  // namespace
 
 int main(int, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   at::set_num_threads(1);
   ScopedTempDir files("ooze-rollout-manager-bench");
   models::ModelInitOptions model;

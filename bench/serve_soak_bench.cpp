@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "serving/http_client.h"
 #include "tests/support/process.h"
 #include "tests/support/tiny_model.h"
@@ -370,7 +370,7 @@ void soak_and_report(const std::string& target, uint16_t port, pid_t watched,
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   int connections = 1000, requests = 20000, rounds = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];

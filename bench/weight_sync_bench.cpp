@@ -63,7 +63,7 @@
 #include "bench/bench_support.h"
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "fsdp/fsdp_transformer.h"
 #include "models/hf_checkpoint.h"
 #include "models/model_init.h"
@@ -572,7 +572,7 @@ void bench_syncs() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   if (argc == 5 && std::string(argv[1]) == "--broadcast-rank") {
     return run_broadcast_rank(std::atoi(argv[2]), std::atoi(argv[3]), std::atoll(argv[4]));
   }

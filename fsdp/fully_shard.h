@@ -26,7 +26,8 @@
 //     2. run u's recorded graph backward with torch::autograd::grad, for the gradient of the
 //        input and of every parameter of u: the saved views see the re-gathered storage;
 //     3. start the reduce-scatter (fp32, average over ranks) of u's parameter gradients into
-//        u's gradient shard, and reshard u; the reduce finishes in finish_backward().
+//        u's gradient shard, and reshard u; the reduce finishes when the next unit's starts
+//        (one in flight) or in finish_backward().
 //   the root unit: its parameters are used by the caller's own code around the units (final
 //     norm, LM head, loss), so it is gathered once with hold_unsharded() and stays gathered
 //     until finish_backward(); its gradients arrive in the parameters' .grad through ordinary
@@ -171,6 +172,7 @@ class FullyShardedModule {
  private:
   void broadcast_from_rank0(const std::vector<std::pair<std::string, torch::Tensor>>& params);
   void check_unit_index(size_t unit, const char* what) const;
+  void wait_pending_reduces();
 
   std::shared_ptr<comm::Communicator> comm_;
   FullyShardOptions options_;

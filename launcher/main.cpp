@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "actors/runtime.h"
-#include "core/blas_kernels.h"
 #include "core/error.h"
+#include "core/load_time_settings.h"
 #include "core/logging.h"
 #include "launcher/commands.h"
 #include "launcher/job_restarts.h"
@@ -73,7 +73,7 @@ int fail(const std::string& command, const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   // A write past the file-size limit (`ulimit -f`, which some batch systems set) then fails with
   // EFBIG, and the error names the file and the bytes it needed, instead of the signal killing
   // the process that wrote it. Workers start from this program and keep the disposition.

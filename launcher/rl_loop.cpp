@@ -1,5 +1,6 @@
 #include "launcher/rl_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -146,6 +147,7 @@ void RlLoop::on_every_engine(void (serving::RolloutEngine::*method)()) {
 
 void RlLoop::run() {
   const int64_t first_rollout = resume();
+  startup_seconds_ = seconds_since(job_.started);
   if (takes_turns()) actors::get_all(job_.trainers.call_all(&trainer::TrainActor::sleep));
   // With --async, generation runs on a thread of its own, ahead of training by at most
   // --max-staleness rollouts.
@@ -219,8 +221,10 @@ int64_t RlLoop::resume() {
 }
 
 int64_t RlLoop::load(const std::string& load_dir) {
+  const Clock::time_point start = Clock::now();
   const fsdp::TrainingProgress progress =
       actors::get_all(job_.trainers.call_all(&trainer::TrainActor::load, load_dir)).front();
+  load_seconds_ = seconds_since(start);
   const nlohmann::json state = read_rollout_state(load_dir, progress.iteration);
   const int64_t first_rollout = state["next_rollout_id"].get<int64_t>();
   optimizer_steps_ = state["optimizer_steps"].get<int64_t>();
@@ -333,6 +337,8 @@ void RlLoop::learn(int64_t rollout_id, GeneratedRollout generated, double train_
   line["perf/step_time"] = seconds_since(step_start);
   // The checkpoint written after the previous rollout.
   if (last_save_seconds_) line["perf/save_time"] = *std::exchange(last_save_seconds_, {});
+  if (startup_seconds_) line["perf/startup_time"] = *std::exchange(startup_seconds_, {});
+  if (load_seconds_) line["perf/load_time"] = *std::exchange(load_seconds_, {});
   // The rollout's line before its checkpoint: killed in between, the resumed run does the
   // rollout again and drops the line (RunLog::resume_at); the other way round it would be lost.
   log_.rollout(rollout_id, line);
@@ -470,6 +476,7 @@ void RlLoop::score(RolloutBatch& batch, MetricLine& line) {
 void RlLoop::train(int64_t rollout_id, const RolloutBatch& batch, MetricLine& line) {
   const Clock::time_point start = Clock::now();
   const bool policy_trains = rollout_id >= config_.get<int64_t>("num_critic_only_steps");
+  int64_t state_bytes = 0, peak_rss_bytes = 0;  // the largest trainer rank's, over the steps
   for (const trainer::TrainBatch& step : batch.global_batches(plan_.global_batch_size)) {
     std::optional<trainer::PendingTrainStep> critic_step;
     if (plan_.with_critic)
@@ -481,6 +488,8 @@ void RlLoop::train(int64_t rollout_id, const RolloutBatch& batch, MetricLine& li
       for (const auto& [key, value] : trained.metrics) step_line["train/" + key] = value;
       step_line["train/grad_norm"] = trained.grad_norm;
       step_line["train/lr"] = trained.lr;
+      state_bytes = std::max(state_bytes, trained.state_bytes);
+      peak_rss_bytes = std::max(peak_rss_bytes, trained.peak_rss_bytes);
       ++optimizer_steps_;
     }
     step_line["train/step"] = static_cast<double>(optimizer_steps_);
@@ -495,6 +504,12 @@ void RlLoop::train(int64_t rollout_id, const RolloutBatch& batch, MetricLine& li
   line["perf/train_time"] = seconds_since(start);
   line["perf/train_tokens_per_sec"] =
       static_cast<double>(token_count(batch)) / std::max(line["perf/train_time"], 1e-9);
+  if (peak_rss_bytes > 0) {
+    // A trainer rank's memory: its shards (falling as 1/W) and what the steps held on top
+    // (gathered layers, gradients in flight, activations, logits).
+    line["perf/trainer_state_gb"] = static_cast<double>(state_bytes) / 1e9;
+    line["perf/trainer_peak_rss_gb"] = static_cast<double>(peak_rss_bytes) / 1e9;
+  }
 }
 
 void RlLoop::sync(int64_t version, MetricLine& line) {

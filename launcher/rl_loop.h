@@ -99,6 +99,9 @@ class RlLoop {
   // The last checkpoint's time, reported in the line of the rollout after it (the line of the
   // rollout before it is on disk before the checkpoint is written).
   std::optional<double> last_save_seconds_;
+  // For the run's first line: its start-up (processes started, weights loaded, a checkpoint with
+  // --load) and the checkpoint's load.
+  std::optional<double> startup_seconds_, load_seconds_;
   std::unique_ptr<rollout::PromptSource> source_;
   // --opd-type engine: the teacher's engines (launched, or --opd-teacher-url), scoring the
   // samples during the rollout; before the manager, which holds it.

@@ -250,9 +250,11 @@ std::string serve_engine(const actors::ActorHandle<serving::RolloutEngine>& engi
 
 RlProcesses start_rl_processes(const Config& config, const TrainPlan& plan,
                                const trainer::TrainInit& init) {
+  const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   start_runtime(config, plan);
   const std::string resource = slot_resource();
   RlProcesses job;
+  job.started = started;
   job.on_gpus = resource == "GPU";
   const std::string address = cluster_address(config).address;
   job.placement =

@@ -20,6 +20,7 @@
 //   actors::shutdown();                                         // kills them all
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -34,6 +35,8 @@
 namespace ooze::launcher {
 
 struct RlProcesses {
+  // When start_rl_processes began (before the runtime): the run's start-up counts from here.
+  std::chrono::steady_clock::time_point started;
   std::optional<actors::PlacementGroup> placement;
   bool on_gpus = false;            // the bundles are GPUs (else CPU process slots)
   trainer::TrainerGroup trainers;  // empty with --debug-rollout-only

@@ -11,6 +11,7 @@
 #include "comm/process_group.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/resident_memory.h"
 #include "core/tensor_serialization.h"
 #include "core/timer.h"
 #include "fsdp/checkpoint.h"
@@ -164,6 +165,7 @@ TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
   const TrainerOptions& options = state_->options;
   fsdp::TrainingProgress& progress = state_->progress;
   const double lr = state_->schedule->lr_at(progress.lr_completed_steps);
+  reset_peak_resident_bytes();  // where it cannot, the peak covers the rank's whole life
   // The JSD term's teacher: with --opd-full-vocab the teacher model; self-distilling, the
   // initial policy (the reference model, or the base).
   DistillationTeacher teacher;
@@ -177,6 +179,8 @@ TrainStepResult TrainActor::train_step(const TrainBatch& batch) {
   progress.lr_completed_steps += result.skipped ? 0 : 1;
   progress.consumed_samples += result.samples;
   result.compute_seconds = seconds_since(start);
+  result.state_bytes = state_bytes();
+  result.peak_rss_bytes = peak_resident_bytes();
   return result;
 }
 

@@ -97,9 +97,13 @@ struct TrainStepResult {
   double lr = 0.0;               // the rate the step took
   bool skipped = false;          // non-finite norm: weights and optimizer state untouched
   double compute_seconds = 0.0;  // the whole step on this rank
+  // This rank's memory (TrainActor fills them; the group's wait() keeps the largest rank's):
+  int64_t state_bytes = 0;     // its shards of parameters, gradients, optimizer and reference
+  int64_t peak_rss_bytes = 0;  // the most resident memory its process held during the step
   template <class A>
   void serialize(A& ar) {
-    ar(metrics, samples, loss_tokens, micro_batches, grad_norm, lr, skipped, compute_seconds);
+    ar(metrics, samples, loss_tokens, micro_batches, grad_norm, lr, skipped, compute_seconds,
+       state_bytes, peak_rss_bytes);
   }
 };
 

@@ -1,5 +1,6 @@
 #include "trainer/trainer_group.h"
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 
@@ -58,7 +59,13 @@ TrainStepResult PendingTrainStep::wait() {
                   " report different steps: the group is out of step");
     }
   }
-  return results.front();
+  // Memory is per rank: the step needs what its largest rank held.
+  TrainStepResult result = results.front();
+  for (const TrainStepResult& rank : results) {
+    result.state_bytes = std::max(result.state_bytes, rank.state_bytes);
+    result.peak_rss_bytes = std::max(result.peak_rss_bytes, rank.peak_rss_bytes);
+  }
+  return result;
 }
 
 std::vector<at::Tensor> values(const TrainerGroup& critics, const TrainBatch& global,

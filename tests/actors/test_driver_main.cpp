@@ -7,13 +7,13 @@
 #include <string>
 
 #include "actors/runtime.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "tests/actors/test_actors.h"
 
 using namespace ooze::actors;
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   run_worker_if_requested();
   RuntimeOptions options;
   options.worker_executable = testing::worker_program();

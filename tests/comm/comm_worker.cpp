@@ -23,7 +23,7 @@
 #include "comm/comm_error.h"
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 
 using namespace ooze::comm;
 using std::chrono::milliseconds;
@@ -342,7 +342,7 @@ void run_hung_peer(Communicator& comm) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   if (argc != 6) {
     std::cerr << "usage: comm_worker SCENARIO RANK WORLD PORT TIMEOUT_MS\n";
     return 2;

@@ -1,5 +1,5 @@
 // The test programs start as ooze does (tests/support/test_main.cpp calls
-// use_this_cpus_blas_kernels first), so this process shows what a user's gets: OpenBLAS's
+// start_with_load_time_settings first), so this process shows what a user's gets: OpenBLAS's
 // kernels for this CPU, not its generic fallback.
 #include "core/blas_kernels.h"
 

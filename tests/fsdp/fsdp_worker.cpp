@@ -28,6 +28,10 @@
 //       lr 1e-3, and ReferenceModel::from_hf_checkpoint(D): writes "copy_log_probs",
 //       "hf_log_probs" and "policy_log_probs" (the trained policy) of kScoreStep's global batch,
 //       every rank scoring its slice, gathered in rank order.
+//   mode=backward_memory   one backward of a 12-layer model on 3 tokens (its layers' weights
+//       dominate its memory): what it holds at its peak must stay a few layers' worth, since each
+//       layer's gradient reduce-scatter is finished while the next layer's backward runs. A
+//       backward that kept them in flight to its end would hold every layer's full gradients.
 #include <ATen/Parallel.h>
 
 #include <chrono>
@@ -45,8 +49,9 @@
 
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
-#include "core/blas_kernels.h"
+#include "core/cpu_memory_counter.h"
 #include "core/error.h"
+#include "core/load_time_settings.h"
 #include "core/safetensors.h"
 #include "fsdp/checkpoint.h"
 #include "fsdp/fsdp_transformer.h"
@@ -528,6 +533,36 @@ void run_reference(const std::map<std::string, std::string>& config,
   write_outcome(comm, out_dir, config.at("name"), tensors, {});
 }
 
+void run_backward_memory(std::shared_ptr<comm::Communicator> comm) {
+  install_cpu_memory_counter();
+  models::ModelConfig config = tiny_config(false);
+  config.num_hidden_layers = 12;
+  config.intermediate_size = 512;  // weights heavy against the activations of 3 tokens
+  models::TransformerModel model(config);
+  model->init_weights(kInitSeed);
+  fsdp::FsdpTransformer fsdp(model, comm, {});
+  fsdp::FullyShardedModule& sharded = fsdp.sharded();
+  int64_t layer_bytes = 0;  // the largest unit but the root (whose gradients wait to the end)
+  for (size_t u = 0; u < sharded.num_units(); ++u) {
+    if (u == sharded.root_unit()) continue;
+    layer_bytes = std::max<int64_t>(layer_bytes, sharded.unit(u).padded_numel() * 4);
+  }
+  const PackedBatch batch = pack({{1, 2, 3}}, 0, 1);
+  const int64_t before = cpu_bytes_in_use();
+  reset_peak_cpu_bytes();
+  const torch::Tensor hidden = fsdp.forward(batch.input_ids, batch.position_ids, batch.cu_seqlens);
+  fsdp.backward(batch_loss(hidden, fsdp.lm_head_weight(), batch).mean);
+  const int64_t step_bytes = peak_cpu_bytes() - before;
+  std::cout << "rank " << comm->rank() << ": the step held " << step_bytes << " bytes at its peak, "
+            << static_cast<double>(step_bytes) / layer_bytes << " layers' worth" << std::endl;
+  // One in flight: a layer and the next one gathered, its gradients and their reduce-scatter
+  // input, the previous layer's in flight: about 5; all in flight: over 12.
+  if (step_bytes >= 9 * layer_bytes) {
+    fail("a backward of 12 layers held " + std::to_string(step_bytes) + " bytes, " +
+         std::to_string(step_bytes / layer_bytes) + " layers' worth of gradients and weights");
+  }
+}
+
 void run_config(const std::map<std::string, std::string>& config,
                 std::shared_ptr<comm::Communicator> comm, const std::string& out_dir) {
   const std::string mode = config.at("mode");
@@ -537,6 +572,7 @@ void run_config(const std::map<std::string, std::string>& config,
   if (mode == "ckpt_load_error") return run_checkpoint_load_error(config, comm);
   if (mode == "hf_export") return run_hf_export(config, comm, out_dir);
   if (mode == "reference") return run_reference(config, comm, out_dir);
+  if (mode == "backward_memory") return run_backward_memory(comm);
   if (mode != "train") throw Error("unknown mode '" + mode + "'");
   run_training_config(config, comm, out_dir);
 }
@@ -544,7 +580,7 @@ void run_config(const std::map<std::string, std::string>& config,
 }  // namespace
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   if (argc < 7) {
     std::cerr << "usage: fsdp_worker RANK WORLD PORT TIMEOUT_MS OUT_DIR CONFIG..." << std::endl;
     return 2;

@@ -234,6 +234,12 @@ void run_and_check(int world) {
 
 TEST(FsdpMultiRank, TwoRanksTrainAsOne) { run_and_check(2); }
 
+// The check is the workers' (fsdp_worker.cpp, mode=backward_memory).
+TEST(FsdpMultiRank, BackwardHoldsAFewLayersGradientsNotTheWholeModels) {
+  launch_workers_expecting_success(2, {"name=memory,mode=backward_memory"},
+                                   ooze::testing::make_temp_dir("fsdp-backward-memory"));
+}
+
 TEST(FsdpMultiRank, FourRanksTrainAsOne) { run_and_check(4); }
 
 }  // namespace multi_rank_test

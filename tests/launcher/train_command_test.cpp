@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "tests/launcher/tiny_train_command.h"
 #include "tests/models/peft_reader.h"
 #include "tests/models/python_reference.h"
@@ -89,6 +90,18 @@ TEST(TrainCommandTest, TwoRanksAndTwoColocatedEnginesKeepSlimesInvariants) {
   for (const json& rollout : run.rollouts) {  // the trainer and the engines took turns
     EXPECT_TRUE(rollout.contains("perf/wake_up_time") && rollout.contains("perf/sleep_time"))
         << rollout.dump();
+  }
+  // A rank's shards: 16 bytes per parameter (fp32 weights, gradients and two AdamW moments, no
+  // reference without a KL) over the 2 ranks, give or take each unit's padding element; the
+  // process holds them and more.
+  int64_t parameters = 0;
+  const SafetensorsFile model =
+      SafetensorsFile::open(::ooze::testing::tiny_model_dir() + "/model.safetensors");
+  for (const std::string& name : model.names()) parameters += model.tensor(name).numel();
+  for (const json& rollout : run.rollouts) {
+    const double state = rollout["perf/trainer_state_gb"].get<double>() * 1e9;
+    EXPECT_NEAR(state, 16.0 * static_cast<double>(parameters) / 2, 16.0 * 8) << rollout.dump();
+    EXPECT_GT(rollout["perf/trainer_peak_rss_gb"].get<double>() * 1e9, state);
   }
   EXPECT_EQ(run.config["colocate"], true) << "the effective config was not saved";
   EXPECT_EQ(run.config["global_batch_size"], 4);
@@ -198,7 +211,14 @@ TEST(TrainCommandTest, AResumedRunContinuesWhereTheCheckpointLeftOff) {
   ASSERT_EQ(resumed.steps.size(), 4u);
   EXPECT_EQ(resumed.steps.front()["train/step"], 3);
   EXPECT_EQ(resumed.steps.front()["train/ppo_kl"].get<double>(), 0.0);
+  // The first line of each run says what its start took, and the resumed one its checkpoint load.
+  EXPECT_GT(full.rollouts.front().value("perf/startup_time", 0.0), 0.0);
+  EXPECT_FALSE(full.rollouts.front().contains("perf/load_time"));
+  EXPECT_GT(resumed.rollouts.front().value("perf/load_time", 0.0), 0.0);
+  EXPECT_GT(resumed.rollouts.front()["perf/startup_time"].get<double>(),
+            resumed.rollouts.front()["perf/load_time"].get<double>());
   for (size_t k = 0; k < resumed.rollouts.size(); ++k) {
+    EXPECT_EQ(resumed.rollouts[k].contains("perf/startup_time"), k == 0);
     EXPECT_EQ(resumed.rollouts[k]["step"], k + 1);
     EXPECT_EQ(resumed.rollouts[k]["rollout/oldest_weight_version"], k + 1)
         << "the engines did not get the loaded weights";

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 
 #include "actors/runtime.h"
-#include "core/blas_kernels.h"
+#include "core/load_time_settings.h"
 #include "tests/support/child_role.h"
 
 int main(int argc, char** argv) {
-  ooze::use_this_cpus_blas_kernels(argv);  // first: it may start this program again
+  ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   // One intra-op thread per process: the tests run several processes at once on few cores, and
   // every worker this program starts inherits the variable.
   ::setenv("OMP_NUM_THREADS", "1", 1);
