@@ -3,7 +3,7 @@
 #   make demo    install dependencies, build, run the default experiment
 #   make test    install dependencies, build, run the whole test suite (CTest)
 #   make bench   install dependencies, build, run the benchmarks (JSON lines on stdout)
-#   make bench-scale  the real-size benchmark (a Qwen3-0.6B-shaped model end to end; ~30 min)
+#   make bench-scale  the real-size benchmark (a Qwen3-0.6B-shaped model end to end; ~50 min)
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)

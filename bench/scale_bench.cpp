@@ -3,7 +3,7 @@
 // model of Qwen3-0.6B's shape (hidden 1024, 28 layers, 16 query and 8 key/value heads of 128,
 // MLP 3072, tied embeddings, 151,936-token vocabulary: 596M parameters, 2.38 GB in fp32) with
 // the real Qwen3 tokenizer. Every process runs one intra-op thread (OMP_NUM_THREADS=1). Takes
-// about half an hour on 2 cores, so `make bench` leaves it out: run `make bench-scale`.
+// about 50 minutes on 2 cores, so `make bench` leaves it out: run `make bench-scale`.
 //
 //   1. One GRPO rollout step, 8 prompts x 4 samples x 128 response tokens (the random model never
 //      stops early), one optimizer step of the 32 samples, 2 trainer ranks and 1 engine, colocated
@@ -16,8 +16,8 @@
 //      The disaggregated run saves its rollout (--save-debug-rollout-data) for step 2, and its
 //      start-up (launch to the first rollout: processes, model loads, engine serving) is
 //      startup.fresh.
-//   2. Trainer memory per rank at W = 1, 2 and 4 (--debug-train-only on the saved rollout: the
-//      same model and batch at every W, no engine). memory.wW.:
+//   2. Trainer memory per rank at W = 1, 2 and 4, the largest last (--debug-train-only on the
+//      saved rollout: the same model and batch at every W, no engine). memory.wW.:
 //        state_gb          the rank's shards of parameters, gradients and AdamW moments
 //                          (perf/trainer_state_gb), baseline W = 1's, ratio (goal 1/W)
 //        peak_rss_gb       the most resident memory a rank held during the train step
@@ -34,7 +34,7 @@
 //        startup.resumed           launch to the first rollout of the resumed run (seconds)
 //
 // Qwen3-1.7B is left out: its fp32 master weights, gradients and two AdamW moments take
-// 16 B x 1.72B = 27.5 GB, more than this 24 GiB machine holds at any W.
+// 16 B x 1.72B = 27.5 GB over all ranks whatever W, more than this 24 GiB machine holds.
 #include <fcntl.h>
 #include <unistd.h>
 

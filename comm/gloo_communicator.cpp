@@ -522,7 +522,14 @@ class GlooCommunicator final : public Communicator {
         std::string message = diagnose(op.what, op.detail, op.seq, start, e.what(), suspects);
         // A failed collective leaves Gloo's pairs in an unknown state; a failed transfer only
         // concerns one peer.
-        if (!is_transfer) mark_broken(message);
+        if (!is_transfer) {
+          mark_broken(message);
+          // A peer's connection closed (it died): close this rank's too. Gloo's rings and
+          // barriers reach the dead rank through some ranks only, and the others would wait on
+          // this one until it exits, by then perhaps with the store their diagnosis reads. A
+          // timeout is left alone: each survivor names the stuck rank itself.
+          if (!is_timeout(e.what())) context_->closeConnections();
+        }
         op.work->fail(std::make_exception_ptr(make_error(e, message)));
       }
     }

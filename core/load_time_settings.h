@@ -8,8 +8,8 @@
 //                        tensor of a step arrives as new pages, each faulted in and zeroed by
 //                        the kernel. With transparent huge pages in "madvise" mode (Debian's
 //                        default) the tunable has malloc ask for them, one fault per 2 MB instead
-//                        of per 4 kB: a 0.6B model's RL step on 2 ranks went from 25.7M page
-//                        faults and 60.6 s to 0.7M and 37.9 s (train 35.8 -> 20.4 s).
+//                        of per 4 kB: a short RL step of a 0.6B model on 2 ranks went from
+//                        22.7M page faults and 56.0 s to 0.7M and 37.9 s (train 30.4 -> 20.4 s).
 // A setting the user made stands. When one is missing the program sets it and starts itself
 // again, once; the processes it starts (workers, ranks, Python hooks) inherit the environment.
 #pragma once
