@@ -60,6 +60,9 @@ target_compile_definitions(PCRE2::pcre2 INTERFACE PCRE2_CODE_UNIT_WIDTH=8)
 # ICU's NFC normalizer: Qwen's tokenizer.json normalizes input with NFC before splitting.
 find_package(ICU REQUIRED COMPONENTS uc)
 
+# zlib: its CRC-32 checks every checkpoint file on save and load (core/checksum.cpp).
+find_package(ZLIB REQUIRED)
+
 # Protocol Buffers: TensorBoard's event messages (core/proto/), compiled by protoc at build time.
 # Debian's protobuf ships no CMake package, so CMake's FindProtobuf module finds it.
 find_package(Protobuf REQUIRED)

@@ -275,8 +275,8 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
 // ---------------------------------------------------------------------------------------------
 // Writing
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const SafetensorsMetadata& metadata) {
+FileChecksum save_safetensors(const std::string& path, const NamedTensors& tensors,
+                              const SafetensorsMetadata& metadata) {
   check_savable(tensors);
 
   // Largest item size first (then by name), as the reference writer does: with the header
@@ -311,18 +311,25 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
 
   AtomicFile file(path);
+  FileChecksum sum;
+  const auto write = [&](const void* data, size_t size) {
+    sum.crc32 = crc32(data, size, sum.crc32);
+    sum.bytes += size;
+    file.write(data, size);
+  };
   file.reserve(sizeof(uint64_t) + header_text.size() + offset);
   uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(header_text.size() >> (8 * i));
-  file.write(length, sizeof(length));
-  file.write(header_text);
+  write(length, sizeof(length));
+  write(header_text.data(), header_text.size());
   for (const auto* entry : order) {
     // One tensor made contiguous at a time, so a non-contiguous state dict is never copied
     // whole. resolve_neg() materializes a lazily negated view (its raw bytes are not negated).
     const at::Tensor contiguous = entry->second.resolve_neg().contiguous();
-    file.write(contiguous.data_ptr(), nbytes_of(contiguous));
+    write(contiguous.data_ptr(), nbytes_of(contiguous));
   }
   file.commit();
+  return sum;
 }
 
 void save_sharded_safetensors(const std::string& dir, const NamedTensors& tensors,

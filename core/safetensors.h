@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/checksum.h"
 #include "core/safetensors_header.h"
 
 namespace ooze {
@@ -66,9 +67,11 @@ class SafetensorsFile {
 // Writes `tensors` (any layout, CPU only) to `path` atomically: the bytes go to
 // "<path>.tmp.<pid>", are fsync'ed, then renamed over `path`, so a crash or an error never
 // leaves a partial file under `path`. Throws ooze::Error for duplicate names, non-CPU tensors
-// or unsupported dtypes before touching the disk, IoError if writing fails.
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const SafetensorsMetadata& metadata = {});
+// or unsupported dtypes before touching the disk, IoError if writing fails. Returns the CRC-32 and
+// size of the bytes written, summed as they went out (a second read of the file would only read
+// the same bytes back from the page cache).
+FileChecksum save_safetensors(const std::string& path, const NamedTensors& tensors,
+                              const SafetensorsMetadata& metadata = {});
 
 // Hugging Face's file names for the sharded layout.
 constexpr const char* kSafetensorsSingleFile = "model.safetensors";

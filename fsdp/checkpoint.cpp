@@ -130,9 +130,8 @@ std::vector<FileChecksum> write_rank_files(const fs::path& staging, FullySharded
   std::vector<FileChecksum> sums;
   for (const char* kind : kFileKinds) {
     const fs::path path = staging / rank_file_name(kind, rank);
-    save_safetensors(path.string(), std::string(kind) == "model" ? model_tensors : optim_tensors,
-                     metadata);
-    sums.push_back(checksum_file(path.string()));  // what is on disk, as load will read it
+    sums.push_back(save_safetensors(
+        path.string(), std::string(kind) == "model" ? model_tensors : optim_tensors, metadata));
   }
   return sums;
 }
@@ -360,14 +359,32 @@ void check_matches_model(const SavedCheckpoint& saved, FullyShardedModule& model
   throw FormatError(message + "\nLoad it into the model it was saved from (same config.json).");
 }
 
-// Every file in `names` exists with its recorded size and CRC-32. Sizes are checked by every
-// rank; the checksums are spread over the ranks (file i by rank i mod W) and the verdicts
-// combined, so every byte is read once and every rank throws the same error.
+// Which rank checksums each of `files`: the largest file first, each to the rank with the fewest
+// bytes so far, so that the ranks finish together (an optimizer file is twice a model file).
+std::vector<int> checksumming_ranks(const std::vector<const SavedFile*>& files, int world) {
+  std::vector<size_t> by_size(files.size());
+  for (size_t i = 0; i < files.size(); ++i) by_size[i] = i;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](size_t a, size_t b) { return files[a]->bytes > files[b]->bytes; });
+  std::vector<uint64_t> load(static_cast<size_t>(world), 0);
+  std::vector<int> rank_of(files.size(), 0);
+  for (size_t i : by_size) {
+    const auto least = std::min_element(load.begin(), load.end());
+    rank_of[i] = static_cast<int>(least - load.begin());
+    *least += files[i]->bytes;
+  }
+  return rank_of;
+}
+
+// Every one of `files` exists with its recorded size and CRC-32. Sizes are checked by every
+// rank; the checksums are spread over the ranks by bytes and the verdicts combined, so every
+// byte is read once and every rank throws the same error.
 void verify_files(const SavedCheckpoint& saved, const std::vector<const SavedFile*>& files,
                   FullyShardedModule& model) {
   constexpr int64_t kChecksumMismatch = 1, kUnreadable = 2;
   std::vector<std::string> problems;
   std::vector<int64_t> my_verdicts(files.size(), 0);
+  const std::vector<int> checksummed_by = checksumming_ranks(files, model.world_size());
   for (size_t i = 0; i < files.size(); ++i) {
     const SavedFile& file = *files[i];
     const std::string path = saved.where(file.name);
@@ -382,7 +399,7 @@ void verify_files(const SavedCheckpoint& saved, const std::vector<const SavedFil
                          std::to_string(file.bytes) + " (truncated or replaced)");
       continue;
     }
-    if (static_cast<int>(i % static_cast<size_t>(model.world_size())) != model.rank()) continue;
+    if (checksummed_by[i] != model.rank()) continue;
     try {
       if (checksum_file(path).crc32 != file.crc32) my_verdicts[i] = kChecksumMismatch;
     } catch (const IoError&) {

@@ -30,6 +30,8 @@ packages=(
   libicu-dev
   # GiNaC: symbolic equality of math answers in the built-in reward rules (rollout/rewards/).
   libginac-dev
+  # zlib: the CRC-32 of checkpoint files (core/checksum.cpp).
+  zlib1g-dev
   # Protocol Buffers: the Event/Summary messages of TensorBoard event files (core/proto/).
   protobuf-compiler libprotobuf-dev
   # gnuplot (no X11): `ooze plot` renders metric curves as PNG files.
