@@ -22,19 +22,14 @@
 // baselines run before the engines start and again after they are gone, the best of both counting,
 // so a burst of other work on the machine cannot skew every ratio.
 //
-// weight_sync_colocated     one engine, buckets through shared memory, 512 MiB buckets (the
-//                           default --update-weight-buffer-size). Baseline: a memcpy of the same
-//                           bytes, the bound of any copy here. The sync packs (fp32 read, bf16
-//                           written) while the engine loads the bucket before, so at best it
-//                           takes about the packing's time. Also the best sync's split
-//                           (WeightSyncReport): _pack, _transfer (waiting for the engine's loads
-//                           beyond the packing), _control (begin, finish), in ms. Then the same
-//                           into an fp32 engine with 64 MiB buckets (sync_fp32_*, against a
-//                           memcpy of the fp32 bytes): no conversion, only the hand-over's two
-//                           overlapped copies.
-// weight_sync_bucket_sweep  the same sync with 16, 64, 256, 512 MiB and 1 GiB buckets, against
-//                           the same memcpy: whether the default is the right size. A tensor
-//                           larger than a bucket (the 311 MB embedding) travels alone.
+// weight_sync_colocated     one engine on this node, in place: the engine keeps its parameters in
+//                           shared memory and the trainer writes its shards there, converted to
+//                           the engine's dtype (trainer/shared_parameter_writer.h). Baseline: a
+//                           memcpy of the same bytes, the bound of any copy here. The sync reads
+//                           fp32 and writes bf16 once. Also the best sync's split
+//                           (WeightSyncReport): _pack (the writing), _transfer, _control (begin,
+//                           the ranks' agreement, finish), in ms. Then the same into an fp32
+//                           engine (sync_fp32_*, against a memcpy of the fp32 bytes): one copy.
 // weight_sync_disaggregated two engines, buckets by Gloo broadcast from this process. Baseline:
 //                           a raw Gloo broadcast of the same bytes from this process to 2 others
 //                           (the slowest rank's time), itself also printed against memcpy. What
@@ -482,28 +477,19 @@ void bench_syncs() {
   ooze::actors::init(runtime);
   int64_t version = 0;
 
-  // Colocated: one engine, then the bucket-size sweep on the same engine.
+  // Colocated: one engine in bf16, then one in fp32 (no conversion: one plain copy). The first
+  // sync moves the engine's parameters into shared memory; the best of the later ones counts.
+  const int64_t default_bucket = ooze::weight_sync::kDefaultUpdateWeightBufferSize;
   std::vector<EngineHandle> engines = spawn_engines(1, model_dir);
   start = Clock::now();
   checked_sync(trainer, engines, EnginePlacement::kColocated, ++version);
   std::fprintf(stderr, "checked colocated sync in %.1f s\n", seconds_since(start));
-  const int64_t default_bucket = ooze::weight_sync::kDefaultUpdateWeightBufferSize;
   const WeightSyncReport colocated =
       best_sync(trainer, engines, EnginePlacement::kColocated, default_bucket, &version);
-  const std::vector<int64_t> sweep_buckets = {16 * kMiB, 64 * kMiB, 256 * kMiB, 512 * kMiB,
-                                              1024 * kMiB};
-  std::vector<WeightSyncReport> sweep;
-  for (int64_t bucket : sweep_buckets) {
-    sweep.push_back(best_sync(trainer, engines, EnginePlacement::kColocated, bucket, &version));
-  }
   for (const EngineHandle& engine : engines) ooze::actors::kill(engine);
-
-  // Colocated into an fp32 engine: no conversion, so both sides only copy (packing into the
-  // buffer, loading out of it); 64 MiB buckets keep the two copies overlapped.
   engines = spawn_engines(1, model_dir, "float32");
-  const int64_t fp32_bucket = 64 * kMiB;
-  const WeightSyncReport colocated_fp32 =
-      best_sync(trainer, engines, EnginePlacement::kColocated, fp32_bucket, &version, at::kFloat);
+  const WeightSyncReport colocated_fp32 = best_sync(trainer, engines, EnginePlacement::kColocated,
+                                                    default_bucket, &version, at::kFloat);
   for (const EngineHandle& engine : engines) ooze::actors::kill(engine);
 
   // Disaggregated: two engines, a Gloo broadcast group with this process as its root.
@@ -526,26 +512,19 @@ void bench_syncs() {
   const double memcpy_gbps = gb / memcpy_s, broadcast_gbps = gb / broadcast_s;
 
   std::string bench = "weight_sync_colocated";
-  const std::string colocated_name = "sync_bf16_" + size_name + "_" + mib_name(default_bucket);
+  const std::string colocated_name = "sync_bf16_" + size_name + "_in_place";
   print_line(bench, "memcpy_" + size_name, memcpy_gbps, "GB/s", std::nullopt, std::nullopt);
   const double colocated_gbps = gb / colocated.seconds;
   print_line(bench, colocated_name, colocated_gbps, "GB/s", memcpy_gbps,
              colocated_gbps / memcpy_gbps);
   print_split(bench, colocated_name, colocated);
-  const std::string fp32_name = "sync_fp32_" + size_name + "_" + mib_name(fp32_bucket);
+  const std::string fp32_name = "sync_fp32_" + size_name + "_in_place";
   const double fp32_memcpy_gbps = 2 * gb / memcpy_fp32_s;
   const double fp32_gbps = 2 * gb / colocated_fp32.seconds;
   print_line(bench, "memcpy_fp32_" + size_name, fp32_memcpy_gbps, "GB/s", std::nullopt,
              std::nullopt);
   print_line(bench, fp32_name, fp32_gbps, "GB/s", fp32_memcpy_gbps, fp32_gbps / fp32_memcpy_gbps);
   print_split(bench, fp32_name, colocated_fp32);
-
-  bench = "weight_sync_bucket_sweep";
-  for (size_t i = 0; i < sweep.size(); ++i) {
-    const double gbps = gb / sweep[i].seconds;
-    print_line(bench, "sync_bf16_" + size_name + "_" + mib_name(sweep_buckets[i]), gbps, "GB/s",
-               memcpy_gbps, gbps / memcpy_gbps);
-  }
 
   bench = "weight_sync_disaggregated";
   print_line(bench, "gloo_broadcast_3ranks_" + size_name, broadcast_gbps, "GB/s", memcpy_gbps,

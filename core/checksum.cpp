@@ -37,6 +37,12 @@ uint32_t crc32(const void* data, size_t size, uint32_t previous) {
   return static_cast<uint32_t>(::crc32_z(previous, static_cast<const Bytef*>(data), size));
 }
 
+static_assert(sizeof(z_off_t) == 8, "zlib without 64-bit offsets");
+
+uint32_t crc32_combine(uint32_t first, uint32_t second, uint64_t second_size) {
+  return static_cast<uint32_t>(::crc32_combine(first, second, static_cast<z_off_t>(second_size)));
+}
+
 // CRC-32C only frames TensorBoard records (bytes, not gigabytes): one table lookup per byte.
 uint32_t crc32c(const void* data, size_t size, uint32_t previous) {
   static const std::array<uint32_t, 256> table = make_table(kCrc32cPolynomial);

@@ -28,6 +28,10 @@ inline uint64_t mix64(uint64_t x) {
 // came before them; 0 to start). crc32("123456789", 9) == 0xCBF43926.
 uint32_t crc32(const void* data, size_t size, uint32_t previous = 0);
 
+// The CRC-32 of two byte strings one after the other, from the CRC of each and the second's
+// length: how pieces summed apart (by several processes) give the whole's CRC.
+uint32_t crc32_combine(uint32_t first, uint32_t second, uint64_t second_size);
+
 // The CRC-32C, likewise. crc32c("123456789", 9) == 0xE3069283.
 uint32_t crc32c(const void* data, size_t size, uint32_t previous = 0);
 

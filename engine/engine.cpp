@@ -116,6 +116,10 @@ class Engine::Loop {
   void finish_weight_sync(int64_t version);
   void abort_weight_sync(const std::string& reason);
   std::vector<std::pair<std::string, uint32_t>> weight_checksums();
+  std::vector<std::pair<std::string, at::Tensor>> parameters();
+  void move_parameters(const std::vector<std::pair<std::string, at::Tensor>>& storage);
+  void parameters_written(const std::vector<std::string>& names);
+  int64_t syncing_version();
 
   EngineStats stats() const {
     std::lock_guard<std::mutex> lock(stats_mutex_);
@@ -878,6 +882,60 @@ std::vector<std::pair<std::string, uint32_t>> Engine::Loop::weight_checksums() {
   return sums;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> Engine::Loop::parameters() {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  run_command([&] {
+    for (auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
+  });
+  return named;
+}
+
+void Engine::Loop::move_parameters(const std::vector<std::pair<std::string, at::Tensor>>& storage) {
+  run_command([&] {
+    std::map<std::string, torch::Tensor> parameters;
+    for (auto& item : model_->named_parameters()) parameters[item.key()] = item.value();
+    for (const auto& [name, place] : storage) {
+      auto found = parameters.find(name);
+      if (found == parameters.end() || place.sizes() != found->second.sizes() ||
+          place.scalar_type() != found->second.scalar_type() ||
+          place.device() != found->second.device()) {
+        throw Error("move_parameters: '" + name + "' " +
+                    (found == parameters.end()
+                         ? std::string("is not a parameter of the model")
+                         : "is " + c10::str(found->second.sizes()) + " " +
+                               c10::toString(found->second.scalar_type()) + ", its new place " +
+                               c10::str(place.sizes()) + " " + c10::toString(place.scalar_type())));
+      }
+    }
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, place] : storage) {
+      torch::Tensor& parameter = parameters.at(name);
+      place.copy_(parameter);
+      parameter.set_data(place);  // every module holding the parameter now reads `place`
+    }
+  });
+}
+
+int64_t Engine::Loop::syncing_version() {
+  int64_t version = -1;
+  run_command([&] {
+    if (weight_state_ == WeightState::kSyncing) version = sync_version_;
+  });
+  return version;
+}
+
+void Engine::Loop::parameters_written(const std::vector<std::string>& names) {
+  run_command([&] {
+    if (weight_state_ != WeightState::kSyncing) {
+      throw Error(
+          "parameters_written: no weight sync is in progress; call begin_weight_sync "
+          "first");
+    }
+    for (const std::string& name : names) synced_parameters_.insert(name);
+    sync_deadline_ = std::chrono::steady_clock::now() + sync_timeout_;
+  });
+}
+
 void Engine::Loop::mark_weights_incomplete(const std::string& reason) {
   weight_state_ = WeightState::kIncomplete;
   synced_parameters_.clear();
@@ -963,6 +1021,14 @@ void Engine::abort_weight_sync(const std::string& reason) { loop_->abort_weight_
 std::vector<std::pair<std::string, uint32_t>> Engine::weight_checksums() {
   return loop_->weight_checksums();
 }
+std::vector<std::pair<std::string, at::Tensor>> Engine::parameters() { return loop_->parameters(); }
+void Engine::move_parameters(const std::vector<std::pair<std::string, at::Tensor>>& storage) {
+  loop_->move_parameters(storage);
+}
+void Engine::parameters_written(const std::vector<std::string>& names) {
+  loop_->parameters_written(names);
+}
+int64_t Engine::syncing_version() { return loop_->syncing_version(); }
 EngineStats Engine::stats() const { return loop_->stats(); }
 const EngineInfo& Engine::info() const { return loop_->info(); }
 const models::Tokenizer& Engine::tokenizer() const { return loop_->tokenizer(); }

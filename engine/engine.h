@@ -207,6 +207,13 @@ class Engine : public weight_sync::WeightSink {
   void finish_weight_sync(int64_t version);
   void abort_weight_sync(const std::string& reason) override;
   std::string weight_device() const override { return info().device; }
+  // A colocated trainer's in-place sync (weight_sync/weight_receiver.h): the parameters by
+  // Hugging Face name; moving them into shared memory; the version of the sync in progress
+  // (-1: none); marking them written by the trainer in it (as a bucket marks its tensors).
+  std::vector<std::pair<std::string, at::Tensor>> parameters() override;
+  void move_parameters(const std::vector<std::pair<std::string, at::Tensor>>& storage) override;
+  void parameters_written(const std::vector<std::string>& names) override;
+  int64_t syncing_version() override;
   // The CRC-32 (core/checksum.h) of each parameter's bytes in the engine's dtype, by Hugging
   // Face name, for checking a sync against the trainer's.
   std::vector<std::pair<std::string, uint32_t>> weight_checksums();

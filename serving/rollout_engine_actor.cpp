@@ -126,6 +126,10 @@ std::vector<std::vector<engine::GenerateOutput>> RolloutEngine::generate_all(
 void RolloutEngine::open_shared_weight_buffers(const weight_sync::SharedWeightBuffers& buffers) {
   receiver_.open_shared_buffers(buffers);
 }
+weight_sync::SharedParameters RolloutEngine::share_parameters() {
+  return receiver_.share_parameters();
+}
+void RolloutEngine::shared_parameters_written() { receiver_.shared_parameters_written(); }
 void RolloutEngine::load_shared_weight_bucket(int slot,
                                               const weight_sync::BucketManifest& manifest) {
   receiver_.load_shared_bucket(slot, manifest);
@@ -193,6 +197,8 @@ const auto rollout_engine_class =
         .method("weight_checksums", &RolloutEngine::weight_checksums)
         .method("generate_all", &RolloutEngine::generate_all)
         .method("open_shared_weight_buffers", &RolloutEngine::open_shared_weight_buffers)
+        .method("share_parameters", &RolloutEngine::share_parameters)
+        .method("shared_parameters_written", &RolloutEngine::shared_parameters_written)
         .method("load_shared_weight_bucket", &RolloutEngine::load_shared_weight_bucket)
         .method("join_weight_sync_group", &RolloutEngine::join_weight_sync_group)
         .method("receive_weight_buckets", &RolloutEngine::receive_weight_buckets)

@@ -89,6 +89,8 @@ class RolloutEngine : public engine::Engine {
   // (trainer/weight_syncer.h) calls these between Engine::begin_weight_sync and
   // Engine::finish_weight_sync.
   void open_shared_weight_buffers(const weight_sync::SharedWeightBuffers& buffers);
+  weight_sync::SharedParameters share_parameters();
+  void shared_parameters_written();
   void load_shared_weight_bucket(int slot, const weight_sync::BucketManifest& manifest);
   void join_weight_sync_group(const weight_sync::BroadcastGroupSpec& spec);
   // Receives the buckets by broadcast and loads them; returns the bytes received.

@@ -13,11 +13,11 @@ std::vector<SyncedTensor> sharded_parameters(fsdp::FullyShardedModule& model) {
   std::vector<SyncedTensor> tensors;
   for (size_t u = 0; u < model.num_units(); ++u) {
     for (const fsdp::FlatParamEntry& entry : model.unit(u).entries()) {
-      tensors.push_back(SyncedTensor{entry.name, entry.shape, u,
-                                     [offset = entry.offset, numel = entry.numel,
-                                      shape = entry.shape](const at::Tensor& gathered) {
-                                       return gathered.narrow(0, offset, numel).view(shape);
-                                     }});
+      tensors.push_back(SyncedTensor{
+          entry.name, entry.shape, u,
+          [offset = entry.offset, numel = entry.numel, shape = entry.shape](
+              const at::Tensor& gathered) { return gathered.narrow(0, offset, numel).view(shape); },
+          entry.offset});
     }
   }
   return tensors;

@@ -48,6 +48,10 @@ struct SyncedTensor {
   // Its values in any floating dtype, given the unit's gathered flat fp32 vector (undefined
   // when `unit` is none).
   std::function<at::Tensor(const at::Tensor& gathered_unit)> value;
+  // Set when the tensor is a parameter of `unit` as it is: its elements start here in the unit's
+  // flat vector, so each rank holds a slice of it in its shard and can write that slice where
+  // the engine keeps the tensor without gathering (trainer/shared_parameter_writer.h).
+  std::optional<int64_t> unit_offset = std::nullopt;
 };
 
 // Every parameter of `model`, as it is: what a sync of a fully trained model sends.
@@ -65,6 +69,7 @@ class TrainerBuckets {
       : TrainerBuckets(model, sharded_parameters(model), engine_dtype, max_bucket_bytes) {}
 
   const std::vector<weight_sync::BucketManifest>& plan() const { return plan_; }
+  const std::vector<SyncedTensor>& tensors() const { return tensors_; }
   // The largest bucket's size: what a reused buffer needs.
   int64_t largest_bucket_bytes() const;
   int64_t total_bytes() const;

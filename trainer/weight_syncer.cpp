@@ -187,7 +187,10 @@ WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
   report.bytes = buckets_->total_bytes();
   trainer_checksums_.clear();
   if (targets.empty()) {
-    walk_without_delivering(report);  // the other ranks' gathers need this rank's shards
+    // The other ranks' in-place writes or gathers need this rank's shards.
+    if (placement_ != EnginePlacement::kColocated || !deliver_in_place(targets, indices, report)) {
+      walk_without_delivering(report);
+    }
     report.seconds = seconds_since(start);
     send_all_next_ = false;
     return report;
@@ -201,7 +204,7 @@ WeightSyncReport WeightSyncer::run(int64_t version, bool abort_in_flight,
   report.control_seconds += seconds_since(control);
 
   if (placement_ == EnginePlacement::kColocated) {
-    deliver_colocated(targets, report);
+    if (!deliver_in_place(targets, indices, report)) deliver_colocated(targets, report);
   } else {
     deliver_broadcast(targets, report);
   }
@@ -325,6 +328,132 @@ void WeightSyncer::deliver_colocated(std::vector<Target>& targets, WeightSyncRep
     }
   }
   if (!plan.empty()) wait_loads(plan.size() - 1);
+}
+
+std::string WeightSyncer::map_engine_parameters(size_t index, int64_t version) {
+  const weight_sync::SharedParameters shared =
+      engines_[index].call(&serving::RolloutEngine::share_parameters).get(options_.timeout());
+  const std::string host = actors::node_address();
+  if (shared.segment.empty()) throw Error("it keeps its weights on a GPU");
+  if (shared.host != host) throw Error("it runs on " + shared.host + ", this rank on " + host);
+  // Only an engine in this very sync may be written: one restarted since its begin_weight_sync
+  // is serving what it loaded.
+  if (shared.syncing_version != version) {
+    return "it is not in the sync to version " + std::to_string(version) +
+           " (restarted since it began?)";
+  }
+  std::unique_ptr<SharedParameterWriter>& writer = parameter_writers_[index];
+  if (!writer || writer->segment() != shared.segment) {
+    writer.reset();  // the old mapping goes first
+    writer = std::make_unique<SharedParameterWriter>(model_, all_.tensors(), shared);
+  }
+  return "";
+}
+
+bool WeightSyncer::deliver_in_place(std::vector<Target>& targets,
+                                    const std::vector<size_t>& indices, WeightSyncReport& report) {
+  // What every rank decides alike, without asking the others: merged (LoRA) tensors and GPU
+  // memory go by buckets.
+  if (buckets_ != &all_ || !writable_in_place(all_.tensors()) ||
+      !model_.unit(0).master_shard().device().is_cpu()) {
+    return false;
+  }
+  Clock::time_point control = Clock::now();
+  const std::shared_ptr<comm::Communicator>& comm = model_.communicator();
+  const bool collective = comm && comm->size() > 1;
+  auto agree = [&](at::Tensor& flags) {
+    if (collective) comm->all_reduce(flags, comm::ReduceOp::MAX);
+  };
+  // Per engine: 1 when it must not be written (it did not begin the sync on the rank that serves
+  // it, or some rank cannot reach it in this sync). First, the begins, and a barrier: no rank
+  // asks an engine whether it is syncing before the one serving it has begun.
+  const int64_t engines = static_cast<int64_t>(engines_.size());
+  at::Tensor skip = at::zeros({engines}, at::kFloat);
+  for (const Target& t : targets) skip[static_cast<int64_t>(t.index)] = t.ok() ? 0.0f : 1.0f;
+  agree(skip);
+  // Then every rank maps every engine of the sync; the last flag: some rank cannot write in
+  // place at all (the weights then go by buckets, on every rank).
+  at::Tensor cannot = at::zeros({engines + 1}, at::kFloat);
+  std::map<size_t, std::string> why_not;  // this rank's reasons, by engine
+  std::string cannot_at_all;
+  for (size_t index : indices) {
+    if (skip[static_cast<int64_t>(index)].item<float>() != 0.0f) continue;
+    try {
+      why_not[index] = map_engine_parameters(index, report.version);
+      if (!why_not[index].empty()) cannot[static_cast<int64_t>(index)] = 1.0f;
+    } catch (const std::exception& e) {
+      cannot_at_all = "engine " + std::to_string(index) + ": " + e.what();
+      cannot[engines] = 1.0f;
+    }
+  }
+  agree(cannot);
+  report.control_seconds += seconds_since(control);
+  if (cannot[engines].item<float>() != 0.0f) {
+    if (!cannot_at_all.empty() && !warned_not_in_place_) {
+      OOZE_LOG(INFO) << "weight sync: rank " << rank_ << " cannot write the engines' parameters "
+                     << "in place (" << cannot_at_all << "); the weights go by buckets";
+      warned_not_in_place_ = true;
+    }
+    return false;
+  }
+  skip = at::maximum(skip, cannot.narrow(0, 0, engines));
+
+  const Clock::time_point start = Clock::now();
+  const bool check = options_.check;
+  std::vector<std::pair<uint32_t, int64_t>> sums;  // this rank's slices, with --check-weight-sync
+  bool summed = false;
+  for (size_t index : indices) {
+    if (skip[static_cast<int64_t>(index)].item<float>() != 0.0f) continue;
+    try {
+      parameter_writers_.at(index)->write(check && !summed ? &sums : nullptr);
+      summed = summed || check;
+    } catch (const std::exception& e) {
+      skip[static_cast<int64_t>(index)] = 1.0f;
+      why_not[index] = std::string("writing its parameters failed: ") + e.what();
+    }
+  }
+  report.pack_seconds += seconds_since(start);
+
+  control = Clock::now();
+  // The barrier before any engine hears it is written: every rank has written its shards.
+  agree(skip);
+  if (check) {
+    // Every rank wrote the same tensors; each tensor's slices lie in rank order, so their CRCs
+    // combine into the tensor's.
+    const std::vector<SyncedTensor>& tensors = all_.tensors();
+    const int64_t count = static_cast<int64_t>(tensors.size());
+    at::Tensor mine = at::zeros({count, 2}, at::kLong);
+    for (int64_t i = 0; i < count && summed; ++i) {
+      mine[i][0] = static_cast<int64_t>(sums[static_cast<size_t>(i)].first);
+      mine[i][1] = sums[static_cast<size_t>(i)].second;
+    }
+    at::Tensor all = mine.unsqueeze(0);
+    if (collective) {
+      all = at::empty({world_size_, count, 2}, at::kLong);
+      comm->all_gather(all, mine);
+    }
+    trainer_checksums_.clear();
+    for (int64_t i = 0; i < count; ++i) {
+      uint32_t crc = 0;
+      for (int64_t r = 0; r < world_size_; ++r) {
+        crc = crc32_combine(crc, static_cast<uint32_t>(all[r][i][0].item<int64_t>()),
+                            static_cast<uint64_t>(all[r][i][1].item<int64_t>()));
+      }
+      trainer_checksums_[tensors[static_cast<size_t>(i)].name] = crc;
+    }
+  }
+  for (Target& t : targets) {
+    if (!t.ok() || skip[static_cast<int64_t>(t.index)].item<float>() == 0.0f) continue;
+    const std::string& reason = why_not[t.index];
+    t.failure = reason.empty() ? "another trainer rank could not write its parameters in place "
+                                 "(see that rank's log)"
+                               : reason;
+  }
+  call_targets(targets, "marking the parameters written",
+               &serving::RolloutEngine::shared_parameters_written);
+  report.control_seconds += seconds_since(control);
+  report.buckets = 0;
+  return true;
 }
 
 void WeightSyncer::form_group(std::vector<Target>& targets) {

@@ -4,12 +4,16 @@
 // the engine's end).
 //
 //   colocated      engine i shares a node (on a GPU: the GPU) with trainer rank i mod W, which
-//                  serves it: each bucket is packed into one of two buffers both processes
-//                  mapped once, POSIX shared memory on the CPU (the names are unlinked as soon
-//                  as the engines have opened them, so /dev/shm holds nothing) and CUDA IPC
-//                  memory on a GPU, and the engine copies it into its weights while the rank
-//                  packs the next bucket into the other buffer. Every rank serves its engines at
-//                  once, as in Slime.
+//                  serves it (begins and finishes its syncs). On the CPU the weights go in
+//                  place: the engine keeps its parameters in shared memory, every rank maps it
+//                  and writes its own shards there, converted to the engine's dtype, all ranks
+//                  at once (trainer/shared_parameter_writer.h): one copy, no gather. Where that
+//                  cannot be (a GPU, merged LoRA tensors, an engine whose memory this rank
+//                  cannot map), the ranks agree to go by buckets: each bucket is packed into one
+//                  of two buffers both processes mapped once, POSIX shared memory on the CPU and
+//                  CUDA IPC memory on a GPU, and the engine copies it into its weights while the
+//                  rank packs the next bucket into the other buffer. Every rank serves its
+//                  engines at once, as in Slime.
 //   disaggregated  trainer rank 0 and the engines form one broadcast group (Gloo on the CPU,
 //                  NCCL on a GPU) through the head's key-value store; the buckets' manifests go
 //                  to the engines in one actor call, the bytes by broadcast, and bucket k+1 is
@@ -49,6 +53,7 @@
 #include "actors/runtime.h"
 #include "core/error.h"
 #include "serving/rollout_engine_actor.h"
+#include "trainer/shared_parameter_writer.h"
 #include "trainer/trainer_buckets.h"
 #include "trainer/weight_sync_options.h"
 #include "weight_sync/cuda_ipc_buffer.h"
@@ -137,6 +142,14 @@ class WeightSyncer {
   // What a shared or broadcast buffer must hold: the largest bucket of either plan.
   int64_t largest_bucket_bytes() const;
   void deliver_colocated(std::vector<Target>& targets, WeightSyncReport& report);
+  // The in-place sync of engines `indices` (all of the sync's, served or not); false, on every
+  // rank, when some rank cannot write into some engine: the buckets go instead.
+  bool deliver_in_place(std::vector<Target>& targets, const std::vector<size_t>& indices,
+                        WeightSyncReport& report);
+  // This rank's writer into engine `index`, made anew when its shared parameters changed (a
+  // restart). Returns why it must not be written in the sync to `version` ("" when it may);
+  // throws what keeps this rank from writing in place at all.
+  std::string map_engine_parameters(size_t index, int64_t version);
   void deliver_broadcast(std::vector<Target>& targets, WeightSyncReport& report);
   void walk_without_delivering(WeightSyncReport& report);
   // Calls `method` with `args` on every engine of `targets` that has not failed yet, then waits
@@ -173,6 +186,9 @@ class WeightSyncer {
   std::vector<at::Tensor> shared_;
   std::vector<bool> engine_mapped_;
   std::vector<int32_t> engine_restarts_;  // the runtime's count when each was last served
+  // Colocated on the CPU: this rank's writer into each engine's shared parameters, by index.
+  std::map<size_t, std::unique_ptr<SharedParameterWriter>> parameter_writers_;
+  bool warned_not_in_place_ = false;
   // Disaggregated: the broadcast group, the engines in it (ranks 1..), and the two buckets in
   // flight, kept from sync to sync on the CPU: packing into memory touched before is several
   // times faster than into fresh pages.

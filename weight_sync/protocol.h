@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/process_group.h"
+#include "weight_sync/bucket.h"
 
 namespace ooze::weight_sync {
 
@@ -34,6 +35,20 @@ struct SharedWeightBuffers {
   template <class A>
   void serialize(A& ar) {
     ar(cuda_ipc, handles, nbytes);
+  }
+};
+
+// A colocated engine's parameters where they live: one shared memory segment laid out as one
+// bucket, which trainer processes on the engine's node map writable and fill in place, each
+// rank with its own shards (no gather, no bucket, no copy on the engine's side).
+struct SharedParameters {
+  std::string segment;    // its name; empty when the engine cannot share (its weights are on a GPU)
+  std::string host;       // the engine's node address: only processes there can map the segment
+  BucketManifest layout;  // every parameter, in the engine's dtype
+  int64_t syncing_version = -1;  // the version of the weight sync in progress; -1: none
+  template <class A>
+  void serialize(A& ar) {
+    ar(segment, host, layout, syncing_version);
   }
 };
 

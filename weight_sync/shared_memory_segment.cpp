@@ -158,21 +158,56 @@ SharedMemorySegment SharedMemorySegment::create(int64_t nbytes, const std::strin
   return segment;
 }
 
+SharedMemorySegment SharedMemorySegment::create_unnamed(int64_t nbytes) {
+  check_size("an unnamed segment", nbytes);
+  const int fd = memfd_create("ooze-shared-parameters", MFD_CLOEXEC);
+  if (fd < 0) fail("an unnamed segment", nbytes, "create", errno);
+  SharedMemorySegment segment;  // from here on, a throw closes the descriptor
+  segment.descriptor_ = fd;
+  segment.name_ = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
+  segment.size_ = nbytes;
+  segment.creator_ = true;
+  segment.unlinked_ = true;  // there is no name to unlink
+  if (ftruncate(fd, static_cast<off_t>(nbytes)) != 0) fail(segment.name_, nbytes, "size", errno);
+  if (nbytes == 0) return segment;
+  if (int error = reserve(fd, nbytes)) {
+    fail(segment.name_, nbytes, "reserve memory for", error, "the machine is out of memory");
+  }
+  void* address = mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (address == MAP_FAILED) fail(segment.name_, nbytes, "map", errno);
+  segment.mapping_ = std::make_shared<Mapping>(address, static_cast<size_t>(nbytes));
+  return segment;
+}
+
 SharedMemorySegment SharedMemorySegment::open(const std::string& name, int64_t nbytes) {
-  if (name.size() < 2 || name.size() > NAME_MAX || name[0] != '/' ||
-      name.find('/', 1) != std::string::npos) {
+  return open_mapped(name, nbytes, /*writable=*/false);
+}
+
+SharedMemorySegment SharedMemorySegment::open_writable(const std::string& name, int64_t nbytes) {
+  return open_mapped(name, nbytes, /*writable=*/true);
+}
+
+SharedMemorySegment SharedMemorySegment::open_mapped(const std::string& name, int64_t nbytes,
+                                                     bool writable) {
+  // An unnamed segment is reached through its creator's descriptor.
+  const bool unnamed = name.rfind("/proc/", 0) == 0;
+  if (!unnamed && (name.size() < 2 || name.size() > NAME_MAX || name[0] != '/' ||
+                   name.find('/', 1) != std::string::npos)) {
     fail(name, nbytes, "open", 0,
          "a segment name is '/' followed by up to " + std::to_string(NAME_MAX - 1) +
              " characters other than '/', as SharedMemorySegment::name() returns it");
   }
   check_size(name, nbytes);
-  int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  const int flags = (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC;
+  int fd = unnamed ? ::open(name.c_str(), flags) : shm_open(name.c_str(), flags, 0);
   if (fd < 0) {
     int error = errno;
     fail(name, nbytes, "open", error,
-         error == ENOENT ? "it was never created or its creator already unlinked it (receivers "
-                           "must open a segment before the creator calls unlink())"
-                         : "");
+         unnamed           ? "its creator has exited, or runs on another node or as another user"
+         : error == ENOENT ? "it was never created or its creator already unlinked it (receivers "
+                             "must open a segment before the creator calls unlink())"
+                           : "");
   }
   FileDescriptor closer{fd};
   struct stat info {};
@@ -186,10 +221,12 @@ SharedMemorySegment SharedMemorySegment::open(const std::string& name, int64_t n
   segment.name_ = name;
   segment.size_ = nbytes;
   if (nbytes == 0) return segment;
-  // Private and writable: in-place writes to received views stay in this process (copy on
-  // write, page by page). Not MAP_POPULATE, which on such a mapping would copy every page now.
-  void* address =
-      mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  // A receiver's: private and writable, so in-place writes to received views stay in this
+  // process (copy on write, page by page); not MAP_POPULATE, which on such a mapping would copy
+  // every page now. A writer's: the creator's pages themselves, mapped now rather than faulted
+  // in one by one as it writes.
+  void* address = mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ | PROT_WRITE,
+                       writable ? MAP_SHARED | MAP_POPULATE : MAP_PRIVATE, fd, 0);
   if (address == MAP_FAILED) fail(name, nbytes, "map", errno);
   segment.mapping_ = std::make_shared<Mapping>(address, static_cast<size_t>(nbytes));
   return segment;
@@ -197,6 +234,7 @@ SharedMemorySegment SharedMemorySegment::open(const std::string& name, int64_t n
 
 SharedMemorySegment::~SharedMemorySegment() {
   if (creator_ && !unlinked_) shm_unlink(name_.c_str());
+  if (descriptor_ >= 0) close(descriptor_);
 }
 
 SharedMemorySegment::SharedMemorySegment(SharedMemorySegment&& other) noexcept
@@ -204,25 +242,30 @@ SharedMemorySegment::SharedMemorySegment(SharedMemorySegment&& other) noexcept
       size_(other.size_),
       mapping_(std::move(other.mapping_)),
       creator_(other.creator_),
-      unlinked_(other.unlinked_) {
+      unlinked_(other.unlinked_),
+      descriptor_(other.descriptor_) {
   other.name_.clear();
   other.size_ = 0;
   other.creator_ = false;
   other.unlinked_ = false;
+  other.descriptor_ = -1;
 }
 
 SharedMemorySegment& SharedMemorySegment::operator=(SharedMemorySegment&& other) noexcept {
   if (this != &other) {
     if (creator_ && !unlinked_) shm_unlink(name_.c_str());
+    if (descriptor_ >= 0) close(descriptor_);
     name_ = std::move(other.name_);
     size_ = other.size_;
     mapping_ = std::move(other.mapping_);
     creator_ = other.creator_;
     unlinked_ = other.unlinked_;
+    descriptor_ = other.descriptor_;
     other.name_.clear();
     other.size_ = 0;
     other.creator_ = false;
     other.unlinked_ = false;
+    other.descriptor_ = -1;
   }
   return *this;
 }

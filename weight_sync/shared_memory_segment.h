@@ -26,6 +26,8 @@
 //     the creator's pid ("/<prefix>-<pid>-<counter>-<random>"), so cleanup_stale_segments()
 //     removes those whose process no longer runs; processes that create or open weight sync
 //     segments call it at start-up.
+//   - An unnamed segment (create_unnamed) has no name to leak: it is a memfd of its creator,
+//     gone with the creator and the last mapping.
 //
 // Every failure throws ooze::IoError naming the segment, its size and the system's reason.
 #pragma once
@@ -49,10 +51,19 @@ class SharedMemorySegment {
   // '_' and '-', without the leading '/'.
   static SharedMemorySegment create(int64_t nbytes,
                                     const std::string& name_prefix = kSegmentPrefix);
+  // Creates a segment with no name in /dev/shm (a memfd): others open it as
+  // "/proc/<pid>/fd/<n>", its name(), while this object lives, and its memory goes back when
+  // this process and every mapping are gone, however the process ends (a SIGKILL leaks nothing).
+  // For memory that lives as long as its creator: a colocated engine's parameters.
+  static SharedMemorySegment create_unnamed(int64_t nbytes);
   // Maps the existing segment `name` (with its leading '/'), which must hold exactly `nbytes`,
   // private and copy-on-write (see above). Fails when the name is gone (never created, or
   // already unlinked by its creator) or the size differs.
   static SharedMemorySegment open(const std::string& name, int64_t nbytes);
+  // Maps the existing segment `name` shared and writable, like its creator: what this process
+  // writes, the creator and every shared mapping see. How a trainer writes a colocated engine's
+  // parameters where the engine reads them (weight_sync/weight_receiver.h).
+  static SharedMemorySegment open_writable(const std::string& name, int64_t nbytes);
 
   SharedMemorySegment() = default;  // no segment: empty name, size 0
   ~SharedMemorySegment();           // unmaps (once no view remains); the creator also unlinks
@@ -78,12 +89,14 @@ class SharedMemorySegment {
 
  private:
   struct Mapping;
+  static SharedMemorySegment open_mapped(const std::string& name, int64_t nbytes, bool writable);
 
   std::string name_;
   int64_t size_ = 0;
   std::shared_ptr<Mapping> mapping_;  // null when the size is 0
   bool creator_ = false;
   bool unlinked_ = false;
+  int descriptor_ = -1;  // an unnamed segment's creator keeps its memfd open for others to open
 };
 
 // Unlinks every /dev/shm entry "<name_prefix>-<pid>-..." whose process <pid> no longer runs (or

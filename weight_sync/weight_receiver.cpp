@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "actors/kv_store.h"
 #include "actors/runtime.h"
@@ -56,6 +57,45 @@ void WeightReceiver::close_shared_buffers() {
   shared_tensors_.clear();
   shared_.clear();
   cuda_shared_.clear();
+}
+
+SharedParameters WeightReceiver::share_parameters() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!shared_parameters_.segment.empty()) {
+    SharedParameters shared = shared_parameters_;
+    shared.syncing_version = sink_.syncing_version();
+    return shared;
+  }
+  SharedParameters shared;
+  shared.host = actors::node_address();
+  if (at::Device(sink_.weight_device()).is_cuda()) return shared;
+  const std::vector<std::pair<std::string, at::Tensor>> parameters = sink_.parameters();
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, tensor] : parameters) {
+    specs.push_back(TensorSpec{name, tensor.scalar_type(), tensor.sizes().vec()});
+  }
+  // One bucket holds them all: the layout every trainer rank writes by.
+  const std::vector<BucketManifest> plan = plan_buckets(specs, std::numeric_limits<int64_t>::max());
+  if (!plan.empty()) shared.layout = plan.front();
+  // Unnamed: the memory leaves with the engine, however it ends.
+  parameter_segment_ = SharedMemorySegment::create_unnamed(shared.layout.nbytes);
+  sink_.move_parameters(unpack_bucket(shared.layout, parameter_segment_.as_tensor()));
+  shared.segment = parameter_segment_.name();
+  shared_parameters_ = shared;
+  shared.syncing_version = sink_.syncing_version();
+  return shared;
+}
+
+void WeightReceiver::shared_parameters_written() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shared_parameters_.segment.empty()) {
+    throw Error(
+        "shared_parameters_written: this engine shares no parameters "
+        "(share_parameters first)");
+  }
+  std::vector<std::string> names;
+  for (const BucketEntry& entry : shared_parameters_.layout.entries) names.push_back(entry.name);
+  sink_.parameters_written(names);
 }
 
 void WeightReceiver::join_broadcast_group(const BroadcastGroupSpec& spec) {

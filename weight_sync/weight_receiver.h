@@ -12,6 +12,10 @@
 //   disaggregated join_broadcast_group() once (trainer rank 0 is rank 0 of the group, the
 //                 engines ranks 1..E), then receive_broadcast(manifests) per sync: bucket k+1 is
 //                 received while bucket k is loaded.
+//   colocated,    the engine's parameters move, once, into one shared memory segment
+//   in place      (share_parameters()); every trainer rank on the node maps it writable and
+//                 writes its own shards straight into the parameters, then the trainer calls
+//                 shared_parameters_written(). Nothing is gathered, packed or copied again.
 //
 // The receiver only moves bytes; begin/finish of the sync, versions and refusals are the
 // sink's (Engine::begin_weight_sync). A broadcast that fails (timeout, dead trainer) aborts the
@@ -48,6 +52,14 @@ class WeightReceiver {
   // Unmaps the shared buffers (their memory returns once the trainer unmaps too).
   void close_shared_buffers();
 
+  // Moves the sink's parameters into one shared memory segment on the first call (later calls
+  // describe the same one), for trainer ranks on this node to write in place. A sink on a GPU
+  // shares nothing: the segment's name is then empty. Says which sync the sink is in, if any:
+  // a trainer writes only into an engine in its own sync.
+  SharedParameters share_parameters();
+  // The trainer ranks wrote every shared parameter in the sync in progress.
+  void shared_parameters_written();
+
   // Joins the group (a collective with the trainer and the other engines, through the head's
   // key-value store), on the engine's device: NCCL on a GPU, Gloo on the CPU. Leaves any group
   // joined before.
@@ -66,6 +78,8 @@ class WeightReceiver {
   std::vector<SharedMemorySegment> shared_;
   std::vector<CudaIpcBuffer> cuda_shared_;
   std::vector<at::Tensor> shared_tensors_;
+  SharedMemorySegment parameter_segment_;  // the engine's parameters, once shared
+  SharedParameters shared_parameters_;
   std::shared_ptr<comm::Communicator> group_;
   std::string group_name_;
   at::Tensor broadcast_buffers_[2];

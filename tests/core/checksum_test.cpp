@@ -50,6 +50,22 @@ TEST(Crc32, MatchesBitwiseDefinitionAndContinuesOverSplits) {
   }
 }
 
+// Pieces summed apart (as trainer ranks sum their shards' slices) combine into the whole's CRC,
+// as the bitwise definition computes it over the joined bytes.
+TEST(Crc32, PiecesSummedApartCombineIntoTheWholesCrc) {
+  const std::vector<uint8_t> bytes = random_bytes(300007, 5);
+  const uint32_t want = bitwise_crc32(bytes);
+  for (const std::vector<size_t>& cuts : std::vector<std::vector<size_t>>{
+           {0, 300007}, {0, 0, 300007}, {0, 100003, 200005, 300007}, {0, 1, 300006, 300007}}) {
+    uint32_t combined = 0;
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      const size_t size = cuts[i + 1] - cuts[i];
+      combined = ooze::crc32_combine(combined, ooze::crc32(bytes.data() + cuts[i], size), size);
+    }
+    EXPECT_EQ(combined, want) << cuts.size() - 1 << " pieces";
+  }
+}
+
 TEST(Crc32, OneFlippedBitChangesIt) {
   std::vector<uint8_t> bytes = random_bytes(5000, 1);
   const uint32_t before = ooze::crc32(bytes.data(), bytes.size());

@@ -192,6 +192,47 @@ TEST(SharedMemorySegment, ChildCreatesParentReadsChildUnlinks) {
   EXPECT_EQ(view.slice(0, 0, 4096).sum().item<int64_t>(), 0);
 }
 
+// A colocated engine's parameters: the engine creates an unnamed segment, the trainer maps it
+// writable and writes into it, and the engine reads the trainer's bytes where they lie. Nothing
+// appears in /dev/shm, and a killed creator takes its memory's name with it.
+TEST(SharedMemorySegment, AnUnnamedSegmentIsWrittenByAnotherProcessAndLeavesWithItsCreator) {
+  constexpr int64_t kBytes = (1 << 20) + 5;
+  Child child = Child::start([](int in, int out) {
+    auto segment = SharedMemorySegment::create_unnamed(kBytes);
+    std::string line = segment.name() + "\n";
+    if (write(out, line.data(), line.size()) < 0) return 2;
+    if (read_line(in) != "written") return 3;
+    if (!holds_pattern(segment.data(), kBytes)) return 4;  // the writer's bytes, in place
+    line = "checked\n";
+    if (write(out, line.data(), line.size()) < 0) return 5;
+    pause();  // until killed
+    return 0;
+  });
+  const std::string name = read_line(child.from_child);
+  ASSERT_TRUE(
+      std::regex_match(name, std::regex("/proc/" + std::to_string(child.pid) + "/fd/[0-9]+")))
+      << name;
+  at::Tensor view;
+  {
+    auto segment = SharedMemorySegment::open_writable(name, kBytes);
+    EXPECT_FALSE(segment.is_creator());
+    view = segment.as_tensor();
+    view.copy_(pattern_tensor(kBytes));
+  }
+  write_line(child.to_child, "written");
+  EXPECT_EQ(read_line(child.from_child), "checked");
+  const std::string childs_names = std::string(kSegmentPrefix) + "-" + std::to_string(child.pid);
+  EXPECT_EQ(dev_shm_entries_starting_with(childs_names), 0);
+  child.kill_now();
+
+  const std::string message =
+      error_message_of<IoError>([&] { SharedMemorySegment::open_writable(name, kBytes); });
+  EXPECT_CONTAINS(message, name);
+  EXPECT_CONTAINS(message, "its creator has exited");
+  EXPECT_TRUE(view.equal(pattern_tensor(kBytes)));  // this mapping outlives the creator
+  EXPECT_EQ(dev_shm_entries_starting_with(childs_names), 0);
+}
+
 TEST(SharedMemorySegment, NamesCarryPidCounterAndRandomAndAreUnique) {
   auto first = SharedMemorySegment::create(4096);
   auto second = SharedMemorySegment::create(4096);
