@@ -400,11 +400,13 @@ bool WeightSyncer::deliver_in_place(std::vector<Target>& targets,
 
   const Clock::time_point start = Clock::now();
   const bool check = options_.check;
-  std::vector<std::pair<uint32_t, int64_t>> sums;  // this rank's slices, with --check-weight-sync
+  // This rank's slices' CRC-32s and bytes, with --check-weight-sync (all 0 if it wrote none).
+  std::vector<std::pair<uint32_t, int64_t>> sums(all_.tensors().size());
   bool summed = false;
   for (size_t index : indices) {
     if (skip[static_cast<int64_t>(index)].item<float>() != 0.0f) continue;
     try {
+      // Every engine gets the same bytes: they are summed at the first.
       parameter_writers_.at(index)->write(check && !summed ? &sums : nullptr);
       summed = summed || check;
     } catch (const std::exception& e) {
@@ -417,31 +419,7 @@ bool WeightSyncer::deliver_in_place(std::vector<Target>& targets,
   control = Clock::now();
   // The barrier before any engine hears it is written: every rank has written its shards.
   agree(skip);
-  if (check) {
-    // Every rank wrote the same tensors; each tensor's slices lie in rank order, so their CRCs
-    // combine into the tensor's.
-    const std::vector<SyncedTensor>& tensors = all_.tensors();
-    const int64_t count = static_cast<int64_t>(tensors.size());
-    at::Tensor mine = at::zeros({count, 2}, at::kLong);
-    for (int64_t i = 0; i < count && summed; ++i) {
-      mine[i][0] = static_cast<int64_t>(sums[static_cast<size_t>(i)].first);
-      mine[i][1] = sums[static_cast<size_t>(i)].second;
-    }
-    at::Tensor all = mine.unsqueeze(0);
-    if (collective) {
-      all = at::empty({world_size_, count, 2}, at::kLong);
-      comm->all_gather(all, mine);
-    }
-    trainer_checksums_.clear();
-    for (int64_t i = 0; i < count; ++i) {
-      uint32_t crc = 0;
-      for (int64_t r = 0; r < world_size_; ++r) {
-        crc = crc32_combine(crc, static_cast<uint32_t>(all[r][i][0].item<int64_t>()),
-                            static_cast<uint64_t>(all[r][i][1].item<int64_t>()));
-      }
-      trainer_checksums_[tensors[static_cast<size_t>(i)].name] = crc;
-    }
-  }
+  if (check) combine_slice_checksums(sums);
   for (Target& t : targets) {
     if (!t.ok() || skip[static_cast<int64_t>(t.index)].item<float>() == 0.0f) continue;
     const std::string& reason = why_not[t.index];
@@ -454,6 +432,34 @@ bool WeightSyncer::deliver_in_place(std::vector<Target>& targets,
   report.control_seconds += seconds_since(control);
   report.buckets = 0;
   return true;
+}
+
+void WeightSyncer::combine_slice_checksums(
+    const std::vector<std::pair<uint32_t, int64_t>>& slices) {
+  // Each tensor's slices lie in rank order (rank r's shard follows rank r-1's), so the ranks'
+  // CRCs of them combine into the tensor's.
+  const std::vector<SyncedTensor>& tensors = all_.tensors();
+  const int64_t count = static_cast<int64_t>(tensors.size());
+  at::Tensor mine = at::empty({count, 2}, at::kLong);
+  for (int64_t i = 0; i < count; ++i) {
+    mine[i][0] = static_cast<int64_t>(slices[static_cast<size_t>(i)].first);
+    mine[i][1] = slices[static_cast<size_t>(i)].second;
+  }
+  at::Tensor all = mine.unsqueeze(0);
+  const std::shared_ptr<comm::Communicator>& comm = model_.communicator();
+  if (comm && comm->size() > 1) {
+    all = at::empty({world_size_, count, 2}, at::kLong);
+    comm->all_gather(all, mine);
+  }
+  trainer_checksums_.clear();
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t crc = 0;
+    for (int64_t r = 0; r < world_size_; ++r) {
+      crc = crc32_combine(crc, static_cast<uint32_t>(all[r][i][0].item<int64_t>()),
+                          static_cast<uint64_t>(all[r][i][1].item<int64_t>()));
+    }
+    trainer_checksums_[tensors[static_cast<size_t>(i)].name] = crc;
+  }
 }
 
 void WeightSyncer::form_group(std::vector<Target>& targets) {

@@ -150,6 +150,9 @@ class WeightSyncer {
   // restart). Returns why it must not be written in the sync to `version` ("" when it may);
   // throws what keeps this rank from writing in place at all.
   std::string map_engine_parameters(size_t index, int64_t version);
+  // --check-weight-sync in place: every rank's (CRC-32, bytes) of its slice of each tensor, in
+  // all_'s order, combined into each tensor's CRC-32 (a collective).
+  void combine_slice_checksums(const std::vector<std::pair<uint32_t, int64_t>>& slices);
   void deliver_broadcast(std::vector<Target>& targets, WeightSyncReport& report);
   void walk_without_delivering(WeightSyncReport& report);
   // Calls `method` with `args` on every engine of `targets` that has not failed yet, then waits
