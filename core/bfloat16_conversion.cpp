@@ -19,10 +19,10 @@ void convert_plain(const float* source, uint16_t* destination, size_t count) {
   for (size_t i = 0; i < count; ++i) destination[i] = round_to_bfloat16(source[i]);
 }
 
-// Why by hand: LibTorch's copy_ converts at about the rate of an fp32 copy_, with ordinary
-// stores, which read each destination line before writing it. A sync writes hundreds of MB the
-// writer never reads, so non-temporal stores save that read; and the rounding, 16 values per
-// instruction, keeps up with memory on one core.
+// Why by hand: LibTorch's copy_ converts with ordinary stores, which read each destination line
+// before writing it, though a sync writes hundreds of MB the writer never reads. Streaming
+// stores save that read: 200M values into a memfd on one core took 93 ms here against copy_'s
+// 115 ms, and the real-size colocated sync into a bf16 engine went from 0.29 to 0.18-0.27 s.
 __attribute__((target("avx512f"))) void convert_avx512(const float* source, uint16_t* destination,
                                                        size_t count) {
   // Up to the first 32-byte boundary of the destination one by one: streaming stores need it.

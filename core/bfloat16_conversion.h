@@ -10,9 +10,9 @@
 
 namespace ooze {
 
-// Rounds each value as LibTorch's c10::BFloat16 does (to nearest, ties to even; a NaN becomes
-// 0x7FC0), so the bits equal those of `tensor.to(at::kBFloat16)`. With AVX-512 the stores
-// stream past the cache (why: in bfloat16_conversion.cpp).
+// Rounds each value as LibTorch's c10::BFloat16 does (to nearest, ties to even), so the bits
+// equal those of `tensor.to(at::kBFloat16)`; a NaN becomes the quiet NaN 0x7FC0. With AVX-512
+// the stores stream past the cache (why: in bfloat16_conversion.cpp).
 void convert_to_bfloat16(const float* source, uint16_t* destination, size_t count);
 
 }  // namespace ooze
