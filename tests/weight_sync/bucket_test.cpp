@@ -304,8 +304,9 @@ TEST(PackBucket, PackIntoOverwritesAReusedBufferIncludingPadding) {
 TEST(PackBucket, FloatingTensorsAreConvertedToTheirEntrysDtypeAsTheyAreCopied) {
   // fp32 master weights packed for a bf16 engine: the bytes are those of Tensor::to's rounding.
   const BucketManifest bucket =
-      plan_buckets({spec("w", at::kBFloat16, {3, 5}), spec("n", at::kFloat, {5})}, 1 << 20).at(0);
-  at::Tensor w = at::randn({3, 5}, at::kFloat) * 3, n = at::randn({5}, at::kDouble);
+      plan_buckets({spec("w", at::kBFloat16, {37, 45}), spec("n", at::kFloat, {5})}, 1 << 20).at(0);
+  // Large enough for the conversion's vector loop, not only its head and tail.
+  at::Tensor w = at::randn({37, 45}, at::kFloat) * 3, n = at::randn({5}, at::kDouble);
   const auto unpacked = unpack_bucket(bucket, pack_bucket(bucket, {w, n}));
   ASSERT_EQ(unpacked.size(), 2u);
   const at::Tensor expected_w = w.to(at::kBFloat16), expected_n = n.to(at::kFloat);
