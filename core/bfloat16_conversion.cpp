@@ -1,5 +1,6 @@
 #include "core/bfloat16_conversion.h"
 
+#include <ATen/ATen.h>
 #include <immintrin.h>
 
 #include <cmath>
@@ -65,6 +66,19 @@ void convert_to_bfloat16(const float* source, uint16_t* destination, size_t coun
   } else {
     convert_plain(source, destination, count);
   }
+}
+
+void copy_converted(const at::Tensor& destination, const at::Tensor& source) {
+  const bool streamed =
+      destination.device().is_cpu() && source.device().is_cpu() && destination.is_contiguous() &&
+      source.is_contiguous() && source.scalar_type() == at::kFloat &&
+      destination.scalar_type() == at::kBFloat16 && destination.numel() == source.numel();
+  if (!streamed) {
+    destination.copy_(source);
+    return;
+  }
+  convert_to_bfloat16(source.data_ptr<float>(), reinterpret_cast<uint16_t*>(destination.data_ptr()),
+                      static_cast<size_t>(source.numel()));
 }
 
 }  // namespace ooze

@@ -71,14 +71,8 @@ void SharedParameterWriter::write(std::vector<std::pair<uint32_t, int64_t>>* sum
         // glibc's memcpy streams past the cache into memory it never reads, where copy_ does not:
         // the fp32 sync of bench_weight_sync_bench went from 7.0 to 8.9 GB/s.
         std::memcpy(copy.destination.data_ptr(), source.data_ptr(), source.nbytes());
-      } else if (source.scalar_type() == at::kFloat &&
-                 copy.destination.scalar_type() == at::kBFloat16) {
-        // The same bits as copy_, streamed past the cache as memcpy does (a bf16 engine).
-        convert_to_bfloat16(source.data_ptr<float>(),
-                            reinterpret_cast<uint16_t*>(copy.destination.data_ptr()),
-                            static_cast<size_t>(source.numel()));
       } else {
-        copy.destination.copy_(source);  // converted to the engine's dtype as it is copied
+        copy_converted(copy.destination, source);  // into the engine's dtype as it is copied
       }
       continue;
     }

@@ -303,18 +303,7 @@ void pack_into(const BucketManifest& manifest, const std::vector<at::Tensor>& te
   std::vector<at::Tensor> views;  // all made first: a misaligned buffer fails before any copy
   views.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) views.push_back(entry_view(manifest, i, buffer));
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const at::Tensor& tensor = tensors[i];
-    if (tensor.device().is_cpu() && views[i].device().is_cpu() && tensor.is_contiguous() &&
-        tensor.scalar_type() == at::kFloat && views[i].scalar_type() == at::kBFloat16) {
-      // The same bits as copy_, streamed past the cache (why: core/bfloat16_conversion.cpp).
-      convert_to_bfloat16(tensor.data_ptr<float>(),
-                          reinterpret_cast<uint16_t*>(views[i].data_ptr()),
-                          static_cast<size_t>(tensor.numel()));
-    } else {
-      views[i].copy_(tensor);
-    }
-  }
+  for (size_t i = 0; i < tensors.size(); ++i) copy_converted(views[i], tensors[i]);
   // Zero the padding, so equal weights always give equal bytes.
   std::vector<std::pair<int64_t, int64_t>> spans;  // [begin, end) of each entry
   spans.reserve(manifest.entries.size());
