@@ -1,9 +1,10 @@
-// The client side of the runtime, in the driver and in every worker: one I/O thread that owns
-// the ZeroMQ sockets (one to the head, one per actor called), so user threads never touch a
-// socket. User threads hand it calls through a queue and an eventfd; it sends them in order,
-// matches replies to calls, and applies the head's actor events: a call waiting for an actor
-// that is still starting is held until the actor is alive; calls in flight when an actor dies
-// or restarts fail with ActorDiedError; calls to a dead actor fail at once.
+// The client side of the runtime, in the driver and in every worker. Its ZeroMQ sockets (one to
+// the head, one per actor called) are used by one thread at a time, under a mutex: a caller
+// waiting for a result sends the queued calls and reads the sockets itself, so that the reply
+// wakes it directly; an I/O thread does both while no caller waits. Calls are sent in order;
+// replies are matched to calls; the head's actor events are applied: a call waiting for an
+// actor that is still starting is held until the actor is alive; calls in flight when an actor
+// dies or restarts fail with ActorDiedError; calls to a dead actor fail at once.
 #pragma once
 
 #include <chrono>
@@ -26,13 +27,16 @@ namespace ooze::actors {
 
 // Completion of calls: one mutex and condition variable per client, shared by its futures, so
 // that wait_any can wait for several calls at once.
+class Client;
 struct Completion {
   std::mutex mutex;
   std::condition_variable done;
   uint64_t failed_calls = 0;  // ever finished with an error; a waiter's cue to look for its own
+  Client* client = nullptr;   // while open: waiters read its sockets (wait_until_ready)
+  int waiting_in_client = 0;  // threads in wait_until_ready that use `client`
 };
 
-// One call's outcome, filled by the I/O thread.
+// One call's outcome, filled by the thread that reads its reply.
 struct CallState {
   std::shared_ptr<Completion> completion;
   bool finished = false;  // guarded by completion->mutex
@@ -46,6 +50,14 @@ struct CallState {
   // Throws the error a failed call carries (RemoteError, ActorDiedError, RuntimeError, ...).
   [[noreturn]] void rethrow() const;
 };
+
+// Waits until `ready()`, called under completion.mutex, or until `timeout` passed (returns
+// false). The waiting thread reads the client's sockets itself when no other thread does, so
+// that a reply wakes it directly.
+bool wait_until_ready(Completion& completion, const std::function<bool()>& ready,
+                      std::chrono::milliseconds timeout);
+// Waits until the call finished, or until `timeout` passed (returns false).
+bool wait_for_call(const CallState& state, std::chrono::milliseconds timeout);
 
 class Client {
  public:
@@ -91,18 +103,41 @@ class Client {
   void on_log(std::function<void(const LogLines&)> sink);
 
  private:
+  friend bool wait_until_ready(Completion& completion, const std::function<bool()>& ready,
+                               std::chrono::milliseconds timeout);
+  using Clock = std::chrono::steady_clock;
   class Loop;
+  struct Wait;
+  // The longest single wait on the sockets: the loop sends heartbeats between waits.
+  static constexpr std::chrono::milliseconds kLongestPoll{100};
+  // How long the I/O thread stands aside after a reader left, for the caller's next call.
+  static constexpr std::chrono::milliseconds kReaderLinger{2};
+
+  void run_io_thread();
+  bool wait_reading(const std::function<bool()>& ready, Clock::time_point deadline);
+  void wait_once(std::unique_lock<std::mutex>& lock, Wait& wait, std::chrono::milliseconds timeout);
+  void set_reader_active(bool active);
+  void publish(std::unique_lock<std::mutex>& lock, bool by_reader);
   void close();
+  void wake_pollers();
   void post(std::function<void(Loop&)> command);
+  void run_queued();
+  bool queue_empty();
 
   std::string id_;
   std::shared_ptr<Completion> completion_;
+  std::mutex loop_mutex_;  // guards loop_'s sockets and state, and the fields up to queue_mutex_
   std::unique_ptr<Loop> loop_;
-  int wake_fd_ = -1;
+  int wake_fd_ = -1;  // wakes whoever waits on the sockets: a call queued or finished, close
+  std::thread thread_;
+  bool reader_active_ = false;  // a caller reads the sockets (written under both mutexes)
+  Clock::time_point last_reader_left_;
+  std::condition_variable io_thread_wake_;
   std::mutex queue_mutex_;
   std::deque<std::function<void(Loop&)>> queue_;
-  std::thread thread_;
-  bool stopping_ = false;  // guarded by queue_mutex_
+  int pollers_ = 0;        // threads waiting on the sockets
+  bool stopping_ = false;  // written under both mutexes
+  bool closed_ = false;    // the loop stopped (guarded by completion_->mutex)
 };
 
 }  // namespace ooze::actors

@@ -50,11 +50,7 @@ class Future {
 
   // Waits until the call finished (successfully or not); throws GetTimeoutError after `timeout`.
   void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const {
-    std::unique_lock<std::mutex> lock(state_->completion->mutex);
-    auto finished = [&] { return state_->finished; };
-    if (timeout == std::chrono::milliseconds::max()) {
-      state_->completion->done.wait(lock, finished);
-    } else if (!state_->completion->done.wait_for(lock, timeout, finished)) {
+    if (!wait_for_call(*state_, timeout)) {
       throw GetTimeoutError("no result from " + state_->actor + " within " +
                             std::to_string(timeout.count()) + " ms");
     }
@@ -101,8 +97,8 @@ void wait_all_or_first_failure(const std::vector<Future<R>>& futures) {
   uint64_t failures_seen = 0;
   for (const Future<R>& future : futures) {
     Completion& completion = *future.state()->completion;
-    std::unique_lock<std::mutex> lock(completion.mutex);
     if (&completion != looked_at) {
+      std::lock_guard<std::mutex> lock(completion.mutex);
       if (one_failed(completion)) return;
       looked_at = &completion;
       failures_seen = completion.failed_calls;
@@ -110,13 +106,16 @@ void wait_all_or_first_failure(const std::vector<Future<R>>& futures) {
     // Waking on every answer, the calls are looked through only when some call failed: the
     // wait stays linear in the number of calls.
     bool failed = false;
-    completion.done.wait(lock, [&] {
-      if (future.state()->finished) return true;
-      if (completion.failed_calls == failures_seen) return false;
-      failures_seen = completion.failed_calls;
-      failed = one_failed(completion);
-      return failed;
-    });
+    wait_until_ready(
+        completion,
+        [&] {
+          if (future.state()->finished) return true;
+          if (completion.failed_calls == failures_seen) return false;
+          failures_seen = completion.failed_calls;
+          failed = one_failed(completion);
+          return failed;
+        },
+        std::chrono::milliseconds::max());
     if (failed || !future.state()->ok) return;
   }
 }
@@ -149,7 +148,6 @@ size_t wait_any(const std::vector<Future<R>>& futures,
                 std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) {
   if (futures.empty()) throw Error("wait_any needs at least one future");
   auto& completion = *futures.front().state()->completion;
-  std::unique_lock<std::mutex> lock(completion.mutex);
   size_t index = 0;
   auto any = [&] {
     for (size_t i = 0; i < futures.size(); ++i) {
@@ -160,9 +158,7 @@ size_t wait_any(const std::vector<Future<R>>& futures,
     }
     return false;
   };
-  if (timeout == std::chrono::milliseconds::max()) {
-    completion.done.wait(lock, any);
-  } else if (!completion.done.wait_for(lock, timeout, any)) {
+  if (!wait_until_ready(completion, any, timeout)) {
     throw GetTimeoutError("none of " + std::to_string(futures.size()) + " calls finished within " +
                           std::to_string(timeout.count()) + " ms");
   }

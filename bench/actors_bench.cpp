@@ -10,6 +10,7 @@
 //   async_1to1   DEALER -> ROUTER, windows of kWindow requests, then all the replies
 //   fanout_1toN  kFanout DEALERs -> kFanout echo processes (one per actor), round-robin windows
 //   tensor.*     REQ -> ROUTER, the tensor's bytes as one zero-copy message, an 8-byte reply
+// The rate figures take rounds of the baseline and the runtime in turn.
 // ratio = runtime / raw ZeroMQ (1.0: the runtime adds nothing to the socket round trip).
 //
 //   bench_actors_bench            # starts its actors and echo processes itself
@@ -28,7 +29,9 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 #include <zmq.hpp>
 
@@ -47,8 +50,8 @@ using ooze::seconds_since;
 constexpr int kWindow = 1000;          // calls in flight in the pipelined figures
 constexpr int kFanout = 4;             // actors (and echo processes) of fanout_1toN
 constexpr int kSyncBatch = 50;         // sync calls between two looks at the clock
-constexpr int kRounds = 3;             // rate figures: median over this many rounds
-constexpr double kRoundSeconds = 0.5;  // each round runs at least this long
+constexpr int kRounds = 5;             // rate figures: median over this many rounds
+constexpr double kRoundSeconds = 0.3;  // each round runs at least this long
 
 const char* const kEchoFlag = "--zmq-echo";
 
@@ -78,21 +81,33 @@ double median(std::vector<double> xs) {
   return xs[xs.size() / 2];
 }
 
-// Median over kRounds of (items per second); `batch` runs some items and returns how many.
-double median_rate(const std::function<int64_t()>& batch) {
-  batch();  // warm-up: connections, first allocations
-  std::vector<double> rates;
-  for (int round = 0; round < kRounds; ++round) {
-    int64_t items = 0;
-    const auto start = Clock::now();
-    double elapsed = 0.0;
-    while (elapsed < kRoundSeconds) {
-      items += batch();
-      elapsed = seconds_since(start);
-    }
-    rates.push_back(static_cast<double>(items) / elapsed);
+// Runs some items and returns how many.
+using Batch = std::function<int64_t()>;
+
+// Items per second of `batch`, run for at least kRoundSeconds.
+double rate_of(const Batch& batch) {
+  int64_t items = 0;
+  const auto start = Clock::now();
+  double elapsed = 0.0;
+  while (elapsed < kRoundSeconds) {
+    items += batch();
+    elapsed = seconds_since(start);
   }
-  return median(rates);
+  return static_cast<double>(items) / elapsed;
+}
+
+// Medians over kRounds of the rates of the baseline and of the runtime. Their rounds take
+// turns, so that both see the same machine load: on a small, shared machine the load swings
+// more from second to second than the runtime's cost.
+std::pair<double, double> paired_median_rates(const Batch& baseline, const Batch& runtime) {
+  baseline();  // warm-up: connections, first allocations
+  runtime();
+  std::vector<double> baseline_rates, runtime_rates;
+  for (int round = 0; round < kRounds; ++round) {
+    baseline_rates.push_back(rate_of(baseline));
+    runtime_rates.push_back(rate_of(runtime));
+  }
+  return {median(baseline_rates), median(runtime_rates)};
 }
 
 // Median seconds of `once` over `repetitions` (after one warm-up).
@@ -215,39 +230,39 @@ int reply_as_int(const zmq::message_t& reply) {
   return value;
 }
 
-double raw_sync_rate(zmq::context_t& context, const std::string& endpoint) {
-  zmq::socket_t socket = connect_socket(context, zmq::socket_type::req, endpoint);
-  zmq::message_t reply;
-  int value = 0;
-  return median_rate([&] {
+Batch raw_sync_batch(zmq::context_t& context, const std::string& endpoint) {
+  auto socket =
+      std::make_shared<zmq::socket_t>(connect_socket(context, zmq::socket_type::req, endpoint));
+  return [socket, value = 0]() mutable {
+    zmq::message_t reply;
     for (int i = 0; i < kSyncBatch; ++i) {
       ++value;
-      socket.send(zmq::message_t(&value, sizeof(value)), zmq::send_flags::none);
-      receive_reply(socket, reply);
+      socket->send(zmq::message_t(&value, sizeof(value)), zmq::send_flags::none);
+      receive_reply(*socket, reply);
       if (reply_as_int(reply) != value) throw ooze::Error("baseline echo returned a wrong value");
     }
     return int64_t{kSyncBatch};
-  });
+  };
 }
 
 // Windows of kWindow requests spread round-robin over one DEALER per endpoint.
-double raw_pipelined_rate(zmq::context_t& context, const std::vector<std::string>& endpoints) {
-  std::vector<zmq::socket_t> sockets;
+Batch raw_pipelined_batch(zmq::context_t& context, const std::vector<std::string>& endpoints) {
+  auto sockets = std::make_shared<std::vector<zmq::socket_t>>();
   for (const std::string& endpoint : endpoints) {
-    sockets.push_back(connect_socket(context, zmq::socket_type::dealer, endpoint));
+    sockets->push_back(connect_socket(context, zmq::socket_type::dealer, endpoint));
   }
-  const int n = static_cast<int>(sockets.size());
-  zmq::message_t reply;
-  return median_rate([&] {
+  return [sockets] {
+    const int n = static_cast<int>(sockets->size());
+    zmq::message_t reply;
     for (int i = 0; i < kWindow; ++i) {
-      sockets[i % n].send(zmq::message_t(&i, sizeof(i)), zmq::send_flags::none);
+      (*sockets)[i % n].send(zmq::message_t(&i, sizeof(i)), zmq::send_flags::none);
     }
     for (int i = 0; i < kWindow; ++i) {
-      receive_reply(sockets[i % n], reply);  // each socket's replies come back in order
+      receive_reply((*sockets)[i % n], reply);  // each socket's replies come back in order
       if (reply_as_int(reply) != i) throw ooze::Error("baseline echo returned a wrong value");
     }
     return int64_t{kWindow};
-  });
+  };
 }
 
 double raw_message_seconds(zmq::context_t& context, const std::string& endpoint,
@@ -271,9 +286,8 @@ double raw_message_seconds(zmq::context_t& context, const std::string& endpoint,
 
 using BenchHandle = ooze::actors::ActorHandle<BenchActor>;
 
-double actor_sync_rate(const BenchHandle& actor) {
-  int value = 0;
-  return median_rate([&] {
+Batch actor_sync_batch(const BenchHandle& actor) {
+  return [actor, value = 0]() mutable {
     for (int i = 0; i < kSyncBatch; ++i) {
       ++value;
       if (actor.call(&BenchActor::echo, value).get() != value + 1) {
@@ -281,13 +295,13 @@ double actor_sync_rate(const BenchHandle& actor) {
       }
     }
     return int64_t{kSyncBatch};
-  });
+  };
 }
 
 // Windows of kWindow calls spread round-robin over `actors`, then all the results.
-double actor_pipelined_rate(const std::vector<BenchHandle>& actors) {
-  const int n = static_cast<int>(actors.size());
-  return median_rate([&] {
+Batch actor_pipelined_batch(const std::vector<BenchHandle>& actors) {
+  return [actors] {
+    const int n = static_cast<int>(actors.size());
     std::vector<ooze::actors::Future<int>> futures;
     futures.reserve(kWindow);
     for (int i = 0; i < kWindow; ++i) futures.push_back(actors[i % n].call(&BenchActor::echo, i));
@@ -296,7 +310,12 @@ double actor_pipelined_rate(const std::vector<BenchHandle>& actors) {
       if (results[i] != i + 1) throw ooze::Error("BenchActor.echo returned a wrong value");
     }
     return int64_t{kWindow};
-  });
+  };
+}
+
+void print_paired_rates(const std::string& bench, const Batch& baseline, const Batch& runtime) {
+  const auto [baseline_rate, runtime_rate] = paired_median_rates(baseline, runtime);
+  print_line(bench, "throughput", runtime_rate, "calls/s", baseline_rate);
 }
 
 double actor_tensor_seconds(const BenchHandle& actor, const at::Tensor& tensor, int repetitions) {
@@ -321,14 +340,12 @@ int run_benchmarks(const char* program) {
 
   // Each figure right after its baseline, so both see the same machine load.
   const std::vector<std::string>& endpoints = peers.endpoints();
-  double raw = raw_sync_rate(context, endpoints[0]);
-  print_line("actors.call.sync_1to1", "throughput", actor_sync_rate(actors[0]), "calls/s", raw);
-  raw = raw_pipelined_rate(context, {endpoints[0]});
-  print_line("actors.call.async_1to1", "throughput", actor_pipelined_rate({actors[0]}), "calls/s",
-             raw);
-  raw = raw_pipelined_rate(context, endpoints);
-  print_line("actors.call.fanout_1to" + std::to_string(kFanout), "throughput",
-             actor_pipelined_rate(actors), "calls/s", raw);
+  print_paired_rates("actors.call.sync_1to1", raw_sync_batch(context, endpoints[0]),
+                     actor_sync_batch(actors[0]));
+  print_paired_rates("actors.call.async_1to1", raw_pipelined_batch(context, {endpoints[0]}),
+                     actor_pipelined_batch({actors[0]}));
+  print_paired_rates("actors.call.fanout_1to" + std::to_string(kFanout),
+                     raw_pipelined_batch(context, endpoints), actor_pipelined_batch(actors));
 
   for (int64_t mib : {1, 256}) {
     const int repetitions = mib <= 1 ? 100 : 5;

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "actors/actor_group.h"
 #include "core/tensor_serialization.h"
@@ -285,6 +286,67 @@ TEST_F(RuntimeTest, OutputIsSavedUnderTheSessionDirectory) {
   }
   EXPECT_NE(out.find("hello from the actor\n"), std::string::npos);
   EXPECT_NE(err.find("hello from the actor!\n"), std::string::npos);
+}
+
+// A caller waiting for its result reads the sockets itself while the others wait to be told:
+// every thread must get its own results, also while a slow call holds the reading thread.
+TEST_F(RuntimeTest, CallersOnManyThreadsEachGetTheirOwnResults) {
+  std::vector<ActorHandle<Counter>> counters{spawn<Counter>({}, 0), spawn<Counter>({}, 0)};
+  for (const auto& counter : counters) counter.wait_ready();
+  constexpr int kThreads = 4;
+  constexpr int kCalls = 150;
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        for (int i = 0; i < kCalls; ++i) {
+          const auto& counter = counters[(t + i) % 2];
+          const double value = t * 1000 + i;
+          if (i % 50 == 0) {  // held while the others call
+            wrong[t] += counter.call(&Counter::sleep_ms, 30).get(std::chrono::seconds(20)) != 30;
+          } else if (t == 3) {  // two at once, waited for by wait_any and then get
+            std::vector<Future<double>> both{
+                counters[0].call(&Counter::sum, at::full({1}, value, at::kDouble)),
+                counters[1].call(&Counter::sum, at::full({1}, value + 0.5, at::kDouble))};
+            const size_t first = wait_any(both, std::chrono::seconds(20));
+            wrong[t] += both[first].get() != value + 0.5 * static_cast<double>(first);
+            wrong[t] += both[1 - first].get(std::chrono::seconds(20)) !=
+                        value + 0.5 * static_cast<double>(1 - first);
+          } else {
+            const at::Tensor input = at::full({1}, value, at::kDouble);
+            wrong[t] += counter.call(&Counter::sum, input).get(std::chrono::seconds(20)) != value;
+          }
+        }
+      } catch (const std::exception& error) {
+        errors[t] = error.what();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(errors[t], "") << "thread " << t;
+    EXPECT_EQ(wrong[t], 0) << "thread " << t;
+  }
+}
+
+// The caller who makes a call usually sends it as it waits; one that never waits must not
+// leave it unsent.
+TEST_F(RuntimeTest, ACallNobodyWaitsForIsStillSent) {
+  auto counter = spawn<Counter>({}, 0);
+  const int pid = counter.call(&Counter::pid).get();
+  counter.call(&Counter::print, std::string("sent though nobody waits"));
+  const std::string log =
+      session_dir() + "/logs/Counter-" + counter.id() + "-" + std::to_string(pid) + ".out";
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  std::string out;
+  while (Clock::now() < deadline && out.find("nobody waits") == std::string::npos) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::ifstream file(log);
+    out.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  }
+  EXPECT_NE(out.find("sent though nobody waits\n"), std::string::npos) << log;
 }
 
 TEST_F(RuntimeTest, TensorsTravelBothWaysIntact) {
