@@ -47,7 +47,7 @@ struct ActorConnection {
   std::string connected_endpoint;
   std::deque<PendingCall> waiting;                           // until the actor is alive
   std::map<uint64_t, std::shared_ptr<CallState>> in_flight;  // sent, no reply yet
-  bool sent_to = false;  // since the I/O thread last read the socket
+  bool sent_to = false;                                      // since the socket was last read
 };
 
 }  // namespace
@@ -68,7 +68,7 @@ class Client::Loop {
                              kMaxControlPartBytes, id)),
         completion_(std::move(completion)) {}
 
-  // ---- commands (run on the I/O thread) ---------------------------------------------------
+  // ---- commands (run by the thread that runs the loop, under its mutex) -------------------
 
   void head_request(const std::string& method, std::string body, std::shared_ptr<CallState> state) {
     uint64_t id = ++next_id_;
