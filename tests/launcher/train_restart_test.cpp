@@ -44,8 +44,9 @@ constexpr int kRollouts = 5;
 // The two-rank job of kRollouts rollouts, each checkpointed, with the prompts shuffled and the
 // responses sampled from a seed: a run resumed from a checkpoint takes the same steps.
 std::vector<std::string> seeded_job(const std::string& dir,
-                                    const std::vector<std::string>& flags = {}) {
-  std::vector<std::string> job = {"--num-rollout", std::to_string(kRollouts), "--rollout-shuffle",
+                                    const std::vector<std::string>& flags = {},
+                                    int rollouts = kRollouts) {
+  std::vector<std::string> job = {"--num-rollout", std::to_string(rollouts), "--rollout-shuffle",
                                   "--sampling-seed", "7"};
   job.insert(job.end(), flags.begin(), flags.end());
   return checkpointing_train_command(dir, job);
@@ -163,12 +164,15 @@ TEST_F(TrainRestartTest, AKilledTrainerRankRestartsTheJobFromItsLastCheckpointTo
 
 // Killed before the first checkpoint (--save-interval 0: only after the last rollout), the rank
 // restarts the run from its start, which draws the same prompts and takes the same steps again.
+// The run is long enough that the kill, made once rollout 0 is recorded, comes well before its
+// end: a rollout of this job takes about 0.1 s.
 TEST_F(TrainRestartTest, ARankKilledBeforeAnyCheckpointRestartsTheRunFromItsStart) {
+  constexpr int kLongRun = 20;
   const std::string dir = ::ooze::testing::make_temp_dir("train-restart-early");
-  Process driver(seeded_job(dir, {"--save-interval", "0", "--max-restarts", "1"}), kOneThread,
-                 dir + "/log.txt");
-  ASSERT_TRUE(wait_until([&] { return read_metrics(dir).rollouts.count(1) == 1; }, 60s))
-      << "no rollout 1 within 60 s:\n"
+  Process driver(seeded_job(dir, {"--save-interval", "0", "--max-restarts", "1"}, kLongRun),
+                 kOneThread, dir + "/log.txt");
+  ASSERT_TRUE(wait_until([&] { return read_metrics(dir).rollouts.count(0) == 1; }, 60s))
+      << "no rollout 0 within 60 s:\n"
       << driver.output();
   const json first_attempt = read_metrics(dir).rollouts.at(0);
   const std::string session = session_of(driver.pid());
@@ -187,7 +191,7 @@ TEST_F(TrainRestartTest, ARankKilledBeforeAnyCheckpointRestartsTheRunFromItsStar
   // The failed attempt's lines are gone, each rollout has one line, and the second time rollout
   // 0 is the same as the first.
   const Metrics metrics = read_metrics(dir);
-  expect_each_recorded_once(metrics, kRollouts, metrics.steps.size());
+  expect_each_recorded_once(metrics, kLongRun, metrics.steps.size());
   expect_same_metrics(metrics.rollouts.at(0), first_attempt, "rollout 0 after the restart");
 }
 
