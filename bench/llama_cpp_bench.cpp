@@ -12,15 +12,22 @@
 // Lines llama_cpp.<what>.t<threads>: value ooze's rate, baseline llama.cpp's, ratio ooze/llama.cpp
 // (above 1: ooze is faster).
 //
-//   bench_llama_cpp_bench [--threads 1,2] [--batches 1,16,64] [--new-tokens 16] [--shape 0.6b|tiny]
+// Batch 1 runs `rounds` times, llama.cpp and ooze in turn, and each engine's median counts: a
+// round lasts about two seconds, shorter than this machine's swings in load, and at batch 1 the
+// engines are within those swings of each other. The longer runs count once.
+//
+//   bench_llama_cpp_bench [--threads 1,2] [--batches 1,16,64] [--new-tokens 16] [--rounds 5]
+//                         [--shape 0.6b|tiny]
 //                         [--ooze-only] (to profile ooze: its rates on stderr, no lines)
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -85,55 +92,74 @@ double run_batch(ooze::engine::Engine& engine, const std::vector<std::vector<int
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Rates of one engine at one thread count; at batch 1, one per round.
 struct Rates {
-  double prefill = 0;                // prompt tokens/s
-  std::map<int64_t, double> decode;  // batch -> generated tokens/s
+  double prefill = 0;                             // prompt tokens/s
+  std::map<int64_t, std::vector<double>> decode;  // batch -> generated tokens/s
 };
 
-Rates measure_ooze(const std::string& model, int64_t threads, const std::vector<int64_t>& batches,
-                   int64_t new_tokens, int64_t vocab) {
-  at::set_num_threads(static_cast<int>(threads));
-  ooze::engine::EngineOptions options;
-  options.model_dir = model;
-  options.intra_op_threads = threads;
-  options.max_running_requests = 64;
-  options.kv_cache_blocks = 256;  // 4,096 tokens: the longest case, 64 x 24, needs 1,536
-  options.enable_prefix_caching = false;
-  ooze::engine::Engine engine(options);
-  Rates rates;
-  run_batch(engine, {random_ids(kPromptTokens, vocab, 1)}, 1);  // warm-up
-  const double prefill = run_batch(engine, {random_ids(kPromptTokens, vocab, 2)}, 1);
-  rates.prefill = static_cast<double>(kPromptTokens) / prefill;
-  for (int64_t batch : batches) {
-    std::vector<std::vector<int64_t>> prompts;
-    for (int64_t b = 0; b < batch; ++b) {
-      prompts.push_back(random_ids(kDecodePromptTokens, vocab, static_cast<uint32_t>(100 + b)));
-    }
-    const double prompts_only = run_batch(engine, prompts, 1);
-    const double with_decode = run_batch(engine, prompts, 1 + new_tokens);
-    rates.decode[batch] =
-        static_cast<double>(batch * new_tokens) / std::max(with_decode - prompts_only, 1e-9);
-  }
-  return rates;
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
 }
 
-Rates measure_llama_cpp(const std::string& gguf, int64_t threads,
-                        const std::vector<int64_t>& batches, int64_t new_tokens, int64_t vocab,
-                        const std::string& dir) {
-  Rates rates;
-  for (int64_t batch : batches) {
-    const json result = ooze::testing::run_llama_cpp_engine("speed",
-                                                            {{"model", gguf},
-                                                             {"threads", threads},
-                                                             {"prompt_tokens", kPromptTokens},
-                                                             {"batch", batch},
-                                                             {"new_tokens", new_tokens},
-                                                             {"vocab", vocab}},
-                                                            dir);
-    if (batch == batches.front()) rates.prefill = result["prefill_tokens_per_s"].get<double>();
-    rates.decode[batch] = result["decode_tokens_per_s"].get<double>();
+std::string joined(const std::vector<double>& values) {
+  std::string text;
+  char number[32];
+  for (double value : values) {
+    std::snprintf(number, sizeof(number), text.empty() ? "%.2f" : " %.2f", value);
+    text += number;
   }
-  return rates;
+  return text;
+}
+
+// ooze's engine at one thread count, kept for every measurement at that count.
+class OozeEngine {
+ public:
+  OozeEngine(const std::string& model, int64_t threads, int64_t vocab) : vocab_(vocab) {
+    at::set_num_threads(static_cast<int>(threads));
+    ooze::engine::EngineOptions options;
+    options.model_dir = model;
+    options.intra_op_threads = threads;
+    options.max_running_requests = 64;
+    options.kv_cache_blocks = 256;  // 4,096 tokens: the longest case, 64 x 24, needs 1,536
+    options.enable_prefix_caching = false;
+    engine_ = std::make_unique<ooze::engine::Engine>(options);
+    run_batch(*engine_, {random_ids(kPromptTokens, vocab_, 1)}, 1);  // warm-up
+  }
+
+  double prefill() {
+    return static_cast<double>(kPromptTokens) /
+           run_batch(*engine_, {random_ids(kPromptTokens, vocab_, 2)}, 1);
+  }
+
+  double decode(int64_t batch, int64_t new_tokens) {
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t b = 0; b < batch; ++b) {
+      prompts.push_back(random_ids(kDecodePromptTokens, vocab_, static_cast<uint32_t>(100 + b)));
+    }
+    const double prompts_only = run_batch(*engine_, prompts, 1);
+    const double with_decode = run_batch(*engine_, prompts, 1 + new_tokens);
+    return static_cast<double>(batch * new_tokens) / std::max(with_decode - prompts_only, 1e-9);
+  }
+
+ private:
+  int64_t vocab_;
+  std::unique_ptr<ooze::engine::Engine> engine_;
+};
+
+// One run of llama.cpp (a process of its own): decode at `batch`, and the prefill when asked.
+json llama_cpp_speed(const std::string& gguf, int64_t threads, int64_t batch, int64_t new_tokens,
+                     int64_t vocab, bool prefill, const std::string& dir) {
+  return ooze::testing::run_llama_cpp_engine("speed",
+                                             {{"model", gguf},
+                                              {"threads", threads},
+                                              {"prompt_tokens", kPromptTokens},
+                                              {"batch", batch},
+                                              {"new_tokens", new_tokens},
+                                              {"vocab", vocab},
+                                              {"prefill", prefill}},
+                                             dir);
 }
 
 }  // namespace
@@ -143,6 +169,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> threads = {1, 2}, batches = {1, 16, 64};
   int64_t new_tokens = 16;
   std::string shape = "0.6b";
+  int64_t rounds = 5;
   bool ooze_only = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
@@ -153,6 +180,8 @@ int main(int argc, char** argv) {
       threads = parse_list(value);
     } else if (flag == "--batches") {
       batches = parse_list(value);
+    } else if (flag == "--rounds" && std::stoll(value) >= 1) {
+      rounds = std::stoll(value);
     } else if (flag == "--new-tokens") {
       new_tokens = std::stoll(value);
     } else if (flag == "--shape" && (value == "0.6b" || value == "tiny")) {
@@ -190,25 +219,51 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "llama_cpp_bench: %s, %lld parameters, fp32\n", shape.c_str(),
                  static_cast<long long>(config.num_parameters()));
     for (int64_t t : threads) {
+      Rates llama, ooze;
+      // Prefill and every batch once, llama.cpp first; its first run also measures the prefill.
+      if (!ooze_only) {
+        for (int64_t batch : batches) {
+          const json run = llama_cpp_speed(gguf, t, batch, new_tokens, config.vocab_size,
+                                           batch == batches.front(), dir);
+          if (batch == batches.front()) llama.prefill = run["prefill_tokens_per_s"].get<double>();
+          llama.decode[batch].push_back(run["decode_tokens_per_s"].get<double>());
+        }
+      }
+      OozeEngine engine(options.out_dir, t, config.vocab_size);
+      ooze.prefill = engine.prefill();
+      for (int64_t batch : batches) ooze.decode[batch].push_back(engine.decode(batch, new_tokens));
+      // Batch 1's further rounds, the engines in turn (why: at the top).
+      if (ooze.decode.count(1) != 0) {
+        for (int64_t round = 1; round < rounds; ++round) {
+          if (!ooze_only) {
+            llama.decode[1].push_back(llama_cpp_speed(gguf, t, 1, new_tokens, config.vocab_size,
+                                                      false, dir)["decode_tokens_per_s"]
+                                          .get<double>());
+          }
+          ooze.decode[1].push_back(engine.decode(1, new_tokens));
+        }
+      }
       if (ooze_only) {
-        const Rates ooze = measure_ooze(options.out_dir, t, batches, new_tokens, config.vocab_size);
         std::fprintf(stderr, "ooze, %lld threads: prefill %.2f tokens/s\n",
                      static_cast<long long>(t), ooze.prefill);
-        for (const auto& [batch, rate] : ooze.decode) {
-          std::fprintf(stderr, "  decode at batch %lld: %.2f tokens/s\n",
-                       static_cast<long long>(batch), rate);
+        for (const auto& [batch, rates] : ooze.decode) {
+          std::fprintf(stderr, "  decode at batch %lld: %.2f tokens/s (median of %zu)\n",
+                       static_cast<long long>(batch), median(rates), rates.size());
         }
         continue;
       }
-      const Rates llama = measure_llama_cpp(gguf, t, batches, new_tokens, config.vocab_size, dir);
-      const Rates ooze = measure_ooze(options.out_dir, t, batches, new_tokens, config.vocab_size);
+      if (ooze.decode.count(1) != 0) {
+        std::fprintf(stderr, "batch 1 at %lld threads, tokens/s by round: ooze %s, llama.cpp %s\n",
+                     static_cast<long long>(t), joined(ooze.decode[1]).c_str(),
+                     joined(llama.decode[1]).c_str());
+      }
       const std::string suffix = ".t" + std::to_string(t);
       print_line("llama_cpp.prefill" + suffix, "prompt_tokens_per_second", ooze.prefill, "tokens/s",
                  llama.prefill, ooze.prefill / llama.prefill);
       for (int64_t batch : batches) {
+        const double ours = median(ooze.decode.at(batch)), theirs = median(llama.decode.at(batch));
         print_line("llama_cpp.decode_b" + std::to_string(batch) + suffix,
-                   "generated_tokens_per_second", ooze.decode.at(batch), "tokens/s",
-                   llama.decode.at(batch), ooze.decode.at(batch) / llama.decode.at(batch));
+                   "generated_tokens_per_second", ours, "tokens/s", theirs, ours / theirs);
       }
       std::fflush(stdout);
     }

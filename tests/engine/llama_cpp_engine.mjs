@@ -10,10 +10,12 @@
 //   tokenizer). input_logprobs[i] is log p(prompt[i] | prompt[:i]); the first is null, as in
 //   SGLang's input_token_logprobs. A log-prob below about -87 (float32 underflow) is null.
 //   ~0.15 s a position on top of the forward: node-llama-cpp hands the distribution to JS whole.
-// speed: {"model", "threads", "prompt_tokens": 512, "batch": 16, "new_tokens": 16, "vocab": V}
+// speed: {"model", "threads", "prompt_tokens": 512, "batch": 16, "new_tokens": 16, "vocab": V,
+//         "prefill": true}
 //   -> {"prefill_tokens_per_s", "decode_tokens_per_s", "batch", "threads", "prompt_tokens",
 //       "new_tokens", "prefill_s", "decode_s"}
-//   Prefill: one sequence of prompt_tokens random ids (fixed seed). Decode: `batch` sequences,
+//   Prefill: one sequence of prompt_tokens random ids (fixed seed); with "prefill": false it is
+//   not run and its two figures are null. Decode: `batch` sequences,
 //   each after a short prompt of its own, generating new_tokens greedily at once; node-llama-cpp
 //   puts the steps of sequences of one context that are pending together into one llama_decode.
 //   llama.cpp's own defaults (F16 KV cache, flash attention where it sees fit), as its users run it.
@@ -169,29 +171,34 @@ async function speed(request) {
   const batch = positiveInt(request, "batch", 1);
   const newTokens = positiveInt(request, "new_tokens", 16);
   const vocab = positiveInt(request, "vocab");
+  const withPrefill = request.prefill ?? true;
+  if (typeof withPrefill !== "boolean") fail(`"prefill" must be true or false, got ${JSON.stringify(withPrefill)}`);
   const model = await loadModel(request);
   if (vocab > vocabSize(model)) fail(`"vocab" ${vocab} is larger than the model's ${vocabSize(model)}`);
 
   // Prefill: the whole prompt in one llama_decode (batchSize = prompt length), logits of its last
   // token only, as a generation would need.
-  let context = await model.createContext({ contextSize: promptTokens + 1, sequences: 1, threads,
-                                            batchSize: promptTokens });
-  const prompt = randomIds(promptTokens, vocab, 1234);
-  let start = performance.now();
-  await context.getSequence().controlledEvaluate(
-      prompt.map((token, i) => (i === prompt.length - 1 ? [token, greedyToken] : token)));
-  const prefillSeconds = (performance.now() - start) / 1000;
-  await context.dispose();
+  let prefillSeconds = null;
+  if (withPrefill) {
+    const context = await model.createContext({ contextSize: promptTokens + 1, sequences: 1, threads,
+                                                batchSize: promptTokens });
+    const prompt = randomIds(promptTokens, vocab, 1234);
+    const start = performance.now();
+    await context.getSequence().controlledEvaluate(
+        prompt.map((token, i) => (i === prompt.length - 1 ? [token, greedyToken] : token)));
+    prefillSeconds = (performance.now() - start) / 1000;
+    await context.dispose();
+  }
 
   // Decode: a context of `batch` sequences, each only as long as it needs. The prompts are read
   // first (all but their last token, untimed); then each step of the timed part decodes one token
   // of every sequence, the first step a prompt's last token, as the generation loop would.
-  context = await model.createContext({ contextSize: DECODE_PROMPT_TOKENS + newTokens, sequences: batch,
-                                        threads, batchSize: Math.max(batch, 512) });
+  const context = await model.createContext({ contextSize: DECODE_PROMPT_TOKENS + newTokens, sequences: batch,
+                                              threads, batchSize: Math.max(batch, 512) });
   const sequences = Array.from({ length: batch }, () => context.getSequence());
   const prompts = sequences.map((_, i) => randomIds(DECODE_PROMPT_TOKENS, vocab, 5678 + i));
   await Promise.all(sequences.map((s, i) => s.evaluateWithoutGeneratingNewTokens(prompts[i].slice(0, -1))));
-  start = performance.now();
+  const start = performance.now();
   // yieldEogToken: an EOS does not end a sequence (ooze's ignore_eos), so each makes new_tokens.
   await Promise.all(sequences.map(async (s, i) => {
     let count = 0;
@@ -202,7 +209,7 @@ async function speed(request) {
   const decodeSeconds = (performance.now() - start) / 1000;
   await context.dispose();
   return {
-    prefill_tokens_per_s: promptTokens / prefillSeconds,
+    prefill_tokens_per_s: withPrefill ? promptTokens / prefillSeconds : null,
     decode_tokens_per_s: batch * newTokens / decodeSeconds,
     batch, threads, prompt_tokens: promptTokens, new_tokens: newTokens,
     prefill_s: prefillSeconds, decode_s: decodeSeconds,
