@@ -12,9 +12,9 @@
 // Lines llama_cpp.<what>.t<threads>: value ooze's rate, baseline llama.cpp's, ratio ooze/llama.cpp
 // (above 1: ooze is faster).
 //
-// Batch 1 runs `rounds` times, llama.cpp and ooze in turn, and each engine's median counts: a
-// round lasts about two seconds, shorter than this machine's swings in load, and at batch 1 the
-// engines are within those swings of each other. The longer runs count once.
+// Batches of up to 16 sequences run `rounds` times, llama.cpp and ooze in turn, and each engine's
+// median counts: their runs last seconds, shorter than this machine's swings in load, which move
+// a single run's rate by a third. Batch 64's runs last about a minute each and count once.
 //
 //   bench_llama_cpp_bench [--threads 1,2] [--batches 1,16,64] [--new-tokens 16] [--rounds 5]
 //                         [--shape 0.6b|tiny]
@@ -92,7 +92,9 @@ double run_batch(ooze::engine::Engine& engine, const std::vector<std::vector<int
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Rates of one engine at one thread count; at batch 1, one per round.
+constexpr int64_t kLargestRoundedBatch = 16;
+
+// Rates of one engine at one thread count; one per round at the batches that take rounds.
 struct Rates {
   double prefill = 0;                             // prompt tokens/s
   std::map<int64_t, std::vector<double>> decode;  // batch -> generated tokens/s
@@ -232,15 +234,17 @@ int main(int argc, char** argv) {
       OozeEngine engine(options.out_dir, t, config.vocab_size);
       ooze.prefill = engine.prefill();
       for (int64_t batch : batches) ooze.decode[batch].push_back(engine.decode(batch, new_tokens));
-      // Batch 1's further rounds, the engines in turn (why: at the top).
-      if (ooze.decode.count(1) != 0) {
-        for (int64_t round = 1; round < rounds; ++round) {
+      // The further rounds, the engines in turn (why: at the top).
+      for (int64_t round = 1; round < rounds; ++round) {
+        for (int64_t batch : batches) {
+          if (batch > kLargestRoundedBatch) continue;
           if (!ooze_only) {
-            llama.decode[1].push_back(llama_cpp_speed(gguf, t, 1, new_tokens, config.vocab_size,
-                                                      false, dir)["decode_tokens_per_s"]
-                                          .get<double>());
+            llama.decode[batch].push_back(llama_cpp_speed(gguf, t, batch, new_tokens,
+                                                          config.vocab_size, false,
+                                                          dir)["decode_tokens_per_s"]
+                                              .get<double>());
           }
-          ooze.decode[1].push_back(engine.decode(1, new_tokens));
+          ooze.decode[batch].push_back(engine.decode(batch, new_tokens));
         }
       }
       if (ooze_only) {
@@ -252,10 +256,12 @@ int main(int argc, char** argv) {
         }
         continue;
       }
-      if (ooze.decode.count(1) != 0) {
-        std::fprintf(stderr, "batch 1 at %lld threads, tokens/s by round: ooze %s, llama.cpp %s\n",
-                     static_cast<long long>(t), joined(ooze.decode[1]).c_str(),
-                     joined(llama.decode[1]).c_str());
+      for (int64_t batch : batches) {
+        if (batch > kLargestRoundedBatch) continue;
+        std::fprintf(stderr,
+                     "batch %lld at %lld threads, tokens/s by round: ooze %s, llama.cpp %s\n",
+                     static_cast<long long>(batch), static_cast<long long>(t),
+                     joined(ooze.decode[batch]).c_str(), joined(llama.decode[batch]).c_str());
       }
       const std::string suffix = ".t" + std::to_string(t);
       print_line("llama_cpp.prefill" + suffix, "prompt_tokens_per_second", ooze.prefill, "tokens/s",

@@ -12,7 +12,12 @@
 //        ratio its share (as bench_rl_step_bench)
 //        samples_per_s, gen_tokens_per_s, train_tokens_per_s
 //        sync_gb_per_s     the whole model to the engine (perf/update_weights_bytes / time),
-//                          baseline a memcpy of as many bytes in this process, ratio sync/memcpy
+//                          baseline a memcpy of as many bytes in this process, ratio sync/memcpy.
+//                          A one-rollout run has only its first sync, which also does the work
+//                          done once per run (colocated: the engine moves its parameters into
+//                          shared memory; disaggregated: the broadcast group forms). So:
+//        later_sync_gb_per_s  the same for the sync after the second rollout of a short run
+//                          (2 prompts x 1 sample x 8 tokens), the rate every later sync runs at
 //      The disaggregated run saves its rollout (--save-debug-rollout-data) for step 2, and its
 //      start-up (launch to the first rollout: processes, model loads, engine serving) is
 //      startup.fresh.
@@ -32,6 +37,8 @@
 //                                  plain write + fsync of as many bytes in this process
 //        checkpoint.load_gb_per_s  the same over perf/load_time, baseline reading its files
 //        startup.resumed           launch to the first rollout of the resumed run (seconds)
+//
+//   bench_scale_bench [--later-syncs-only]   (the second: only those two short runs, a few minutes)
 //
 // Qwen3-1.7B is left out: its fp32 master weights, gradients and two AdamW moments take
 // 16 B x 1.72B = 27.5 GB over all ranks whatever W, more than this 24 GiB machine holds.
@@ -94,9 +101,17 @@ void init_model(const std::string& ooze, const std::string& dir, const std::stri
                           log);
 }
 
-// `ooze train` GRPO on the model and prompts: one optimizer step per rollout of 32 samples.
+// The rollout's shape: prompts x samples, each up to `response_tokens` long.
+struct RolloutShape {
+  int prompts = kPrompts;
+  int samples_per_prompt = kSamplesPerPrompt;
+  int response_tokens = kResponseTokens;
+};
+
+// `ooze train` GRPO on the model and prompts: one optimizer step per rollout.
 std::vector<std::string> train_command(const std::string& ooze, const ScopedTempDir& files,
-                                       int num_rollout, const std::string& out_dir) {
+                                       int num_rollout, const std::string& out_dir,
+                                       const RolloutShape& shape = {}) {
   return {ooze,
           "train",
           "--hf-checkpoint",
@@ -110,13 +125,13 @@ std::vector<std::string> train_command(const std::string& ooze, const ScopedTemp
           "--rm-type",
           "f1",
           "--rollout-batch-size",
-          std::to_string(kPrompts),
+          std::to_string(shape.prompts),
           "--n-samples-per-prompt",
-          std::to_string(kSamplesPerPrompt),
+          std::to_string(shape.samples_per_prompt),
           "--rollout-max-response-len",
-          std::to_string(kResponseTokens),
+          std::to_string(shape.response_tokens),
           "--global-batch-size",
-          std::to_string(kPrompts * kSamplesPerPrompt),
+          std::to_string(shape.prompts * shape.samples_per_prompt),
           "--rollout-temperature",
           "1.0",
           "--num-rollout",
@@ -186,6 +201,29 @@ double plain_read_gb_per_s(const std::string& dir) {
   return bytes / 1e9 / ooze::bench::seconds_since(start);
 }
 
+double sync_gb_per_s(const json& line) {
+  return metric(line, "perf/update_weights_bytes") / 1e9 / metric(line, "perf/update_weights_time");
+}
+
+// 2 trainer ranks and 1 engine, as the RL step runs them.
+std::vector<std::string> placement_flags(const std::string& mode) {
+  std::vector<std::string> flags = {"--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "1"};
+  if (mode == "colocated") flags.push_back("--colocate");
+  return flags;
+}
+
+void print_later_sync(const std::string& mode, const ScopedTempDir& files, const std::string& ooze,
+                      double memcpy_rate) {
+  const std::string out = files.path(mode + "-later-sync");
+  std::vector<std::string> command = train_command(ooze, files, 2, out, RolloutShape{2, 1, 8});
+  const std::vector<std::string> flags = placement_flags(mode);
+  command.insert(command.end(), flags.begin(), flags.end());
+  const json line = run_train(command, out, 1, 1).front();
+  const double rate = sync_gb_per_s(line);
+  print_line(kBench, "rl_step." + mode + ".later_sync_gb_per_s", rate, "GB/s", memcpy_rate,
+             rate / memcpy_rate);
+}
+
 void print_rl_step(const std::string& mode, const json& line, double memcpy_rate) {
   const std::string prefix = "rl_step." + mode + ".";
   const double step = metric(line, "perf/step_time");
@@ -208,8 +246,7 @@ void print_rl_step(const std::string& mode, const json& line, double memcpy_rate
              "tokens/s", std::nullopt, std::nullopt);
   print_line(kBench, prefix + "train_tokens_per_s", metric(line, "perf/train_tokens_per_sec"),
              "tokens/s", std::nullopt, std::nullopt);
-  const double sync_rate =
-      metric(line, "perf/update_weights_bytes") / 1e9 / metric(line, "perf/update_weights_time");
+  const double sync_rate = sync_gb_per_s(line);
   print_line(kBench, prefix + "sync_gb_per_s", sync_rate, "GB/s", memcpy_rate,
              sync_rate / memcpy_rate);
 }
@@ -248,13 +285,17 @@ void print_memory(int world, const json& line, const json& one) {
   print_line(kBench, prefix + "train_time", train, "s", one_train, train / one_train);
 }
 
-void run_bench() {
+void run_bench(bool later_syncs_only) {
   const std::string ooze = ooze::bench::ooze_binary();
   ScopedTempDir files("ooze-scale-bench");
   init_model(ooze, files.path("model"), files.path("model-init.log"));
   write_prompts(files.path("prompts.jsonl"));
   const double memcpy_rate = memcpy_gb_per_s(
       static_cast<size_t>(std::filesystem::file_size(files.path("model/model.safetensors"))));
+  for (const std::string mode : {"colocated", "disaggregated"}) {
+    print_later_sync(mode, files, ooze, memcpy_rate);
+  }
+  if (later_syncs_only) return;
 
   // 1. The RL step, both placements.
   // The disaggregated run saves its rollout: rollout_0.pt, which the train-only runs replay.
@@ -262,8 +303,8 @@ void run_bench() {
   for (const std::string mode : {"colocated", "disaggregated"}) {
     const std::string out = files.path(mode);
     std::vector<std::string> command = train_command(ooze, files, 1, out);
-    command.insert(command.end(), {"--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "1"});
-    if (mode == "colocated") command.push_back("--colocate");
+    const std::vector<std::string> flags = placement_flags(mode);
+    command.insert(command.end(), flags.begin(), flags.end());
     if (mode == "disaggregated")
       command.insert(command.end(), {"--save-debug-rollout-data", rollout_data});
     const json line = run_train(command, out, 0, 1).front();
@@ -302,10 +343,15 @@ void run_bench() {
 
 }  // namespace
 
-int main(int, char** argv) {
+int main(int argc, char** argv) {
   ooze::start_with_load_time_settings(argv);  // first: it may start this program again
+  const bool later_syncs_only = argc == 2 && std::string(argv[1]) == "--later-syncs-only";
+  if (argc > 2 || (argc == 2 && !later_syncs_only)) {
+    std::fprintf(stderr, "usage: bench_scale_bench [--later-syncs-only]\n");
+    return 2;
+  }
   try {
-    run_bench();
+    run_bench(later_syncs_only);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "%s\n", error.what());
     return 1;
