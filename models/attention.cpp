@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "models/causal_attention.h"
+#include "models/fused_norm.h"
 
 namespace ooze::models {
 
@@ -25,11 +26,16 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, c10::ScalarType dtype)
 }
 
 AttentionImpl::Projected AttentionImpl::project(const torch::Tensor& hidden,
-                                                const RotaryTables& rope) {
+                                                const RotaryTables& rope, bool fused) {
   const int64_t tokens = hidden.size(0);
   torch::Tensor q = q_proj->forward(hidden).view({tokens, num_heads_, head_dim_});
   torch::Tensor k = k_proj->forward(hidden).view({tokens, num_kv_heads_, head_dim_});
   torch::Tensor v = v_proj->forward(hidden).view({tokens, num_kv_heads_, head_dim_});
+  if (fused) {
+    const bool normed = !q_norm.is_empty();
+    return {fused_rms_norm_rotary(normed ? q_norm.get() : nullptr, q, rope),
+            fused_rms_norm_rotary(normed ? k_norm.get() : nullptr, k, rope), v};
+  }
   if (!q_norm.is_empty()) {
     q = q_norm->forward(q);
     k = k_norm->forward(k);
@@ -39,14 +45,14 @@ AttentionImpl::Projected AttentionImpl::project(const torch::Tensor& hidden,
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& hidden, const RotaryTables& rope,
                                      const std::vector<int64_t>& offsets) {
-  Projected p = project(hidden, rope);
+  Projected p = project(hidden, rope, /*fused=*/false);
   torch::Tensor out = packed_causal_attention(p.q, p.k, p.v, offsets, scale_);
   return o_proj->forward(out.reshape({hidden.size(0), num_heads_ * head_dim_}));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& hidden, const RotaryTables& rope,
                                      const ContextParallelAttention& cp) {
-  Projected p = project(hidden, rope);
+  Projected p = project(hidden, rope, /*fused=*/false);
   torch::Tensor out =
       context_parallel_attention(p.q, p.k, p.v, *cp.split, cp.group, scale_, cp.impl);
   return o_proj->forward(out.reshape({hidden.size(0), num_heads_ * head_dim_}));
@@ -55,7 +61,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& hidden, const RotaryTa
 torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& hidden, const RotaryTables& rope,
                                             const CacheStep& step, KVCache& cache,
                                             int64_t layer_index) {
-  Projected p = project(hidden, rope);
+  Projected p = project(hidden, rope, /*fused=*/true);
   torch::Tensor& keys = cache.keys(layer_index);
   torch::Tensor& values = cache.values(layer_index);
   // The model checks that the cache has its dtype and device. Each token goes to its slot of

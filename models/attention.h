@@ -58,7 +58,8 @@ class AttentionImpl : public torch::nn::Module {
     torch::Tensor k;  // [T, kv_heads, head_dim], normed and rotated
     torch::Tensor v;  // [T, kv_heads, head_dim]
   };
-  Projected project(const torch::Tensor& hidden, const RotaryTables& rope);
+  // `fused`: the q/k norms and rotary of a cache step in one pass each (fused_norm.h).
+  Projected project(const torch::Tensor& hidden, const RotaryTables& rope, bool fused);
 
   int64_t num_heads_;
   int64_t num_kv_heads_;

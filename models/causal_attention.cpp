@@ -47,6 +47,14 @@ torch::Tensor attend_one_sequence(const torch::Tensor& q, const torch::Tensor& k
                                 .permute({1, 2, 0, 3})
                                 .reshape({kv_heads, group * count, head_dim});
     torch::Tensor scores = torch::bmm(queries, keys) * scale;  // [kvh, g * count, Lk]
+    if (first_query_position + start >= num_keys - 1) {  // every query sees every key: a decode
+      torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
+      outputs.push_back(torch::bmm(probs, values)
+                            .view({kv_heads, group, count, head_dim})
+                            .permute({2, 0, 1, 3})
+                            .reshape({count, heads, head_dim}));
+      continue;
+    }
     torch::Tensor query_positions =
         torch::arange(first_query_position + start, first_query_position + start + count,
                       torch::TensorOptions().dtype(torch::kLong).device(q.device()));
@@ -62,6 +70,18 @@ torch::Tensor attend_one_sequence(const torch::Tensor& q, const torch::Tensor& k
                           .reshape({count, heads, head_dim}));
   }
   return outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 0);
+}
+
+int64_t blocks_for(int64_t tokens, int64_t block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+
+// Whether the first `num_blocks` blocks of a table are consecutive in the pool.
+bool blocks_in_order(const std::vector<int64_t>& table, int64_t num_blocks) {
+  for (int64_t b = 1; b < num_blocks; ++b) {
+    if (table[static_cast<size_t>(b)] != table[0] + b) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -120,10 +140,18 @@ torch::Tensor paged_causal_attention(const torch::Tensor& q, const torch::Tensor
   const int64_t heads = q.size(1), head_dim = q.size(2), group = heads / kv_heads;
   const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(q.device());
 
+  // A lone sequence decoding over blocks that lie in order in the pool (one request at a time, as
+  // a single user's chat): the loop below reads its keys and values as views, where the batched
+  // product would gather and mask them; at one sequence those operations are most of the step's
+  // attention.
+  const bool lone_decode =
+      num_sequences == 1 && num_decodes == 1 &&
+      blocks_in_order(step.block_tables[0], blocks_for(step.past_lengths[0] + 1, block_size));
+
   // Every decode in one batched product over its blocks [D, max_blocks * block_size]; keys past
   // a sequence's length (the rest of its last block, padding blocks) are masked out.
   torch::Tensor decode_out;
-  if (num_decodes > 0) {
+  if (num_decodes > 0 && !lone_decode) {
     const int64_t num_keys = step.decode_block_table.size(1) * block_size;
     const torch::Tensor blocks = step.decode_block_table.reshape({-1});
     // [D * max_blocks, bs, kvh, d] -> [D, kvh, Lk, d] -> [D * kvh, Lk, d]
@@ -160,20 +188,19 @@ torch::Tensor paged_causal_attention(const torch::Tensor& q, const torch::Tensor
     decode_out = out;
   }
 
-  // Prompt chunks (past > 0 for a later chunk or a cached prefix), each over its own blocks.
-  torch::Tensor out = num_decodes > 0 ? decode_out : torch::empty_like(q);
+  // Prompt chunks (past > 0 for a later chunk or a cached prefix) and a lone decode, each over
+  // its own blocks.
+  torch::Tensor out = decode_out.defined() ? decode_out : torch::empty_like(q);
   const torch::Tensor flat_keys = cache_keys.view({-1, kv_heads, head_dim});
   const torch::Tensor flat_values = cache_values.view({-1, kv_heads, head_dim});
   for (int64_t s = 0; s < num_sequences; ++s) {
     const int64_t begin = step.offsets[s], count = step.offsets[s + 1] - begin;
-    if (count == 1) continue;  // a decode, done above
+    if (count == 1 && !lone_decode) continue;  // a decode, done above
     const int64_t past = step.past_lengths[s], total = past + count;
-    const int64_t num_blocks = (total + block_size - 1) / block_size;
+    const int64_t num_blocks = blocks_for(total, block_size);
     const std::vector<int64_t>& table = step.block_tables[s];
-    bool consecutive = true;
-    for (int64_t b = 1; b < num_blocks; ++b) consecutive &= table[b] == table[0] + b;
     torch::Tensor keys, values;
-    if (consecutive) {  // a view, no copy
+    if (blocks_in_order(table, num_blocks)) {  // a view, no copy
       keys = flat_keys.narrow(0, table[0] * block_size, total);
       values = flat_values.narrow(0, table[0] * block_size, total);
     } else {

@@ -1,5 +1,7 @@
 #include "models/decoder_layer.h"
 
+#include "models/fused_norm.h"
+
 namespace ooze::models {
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, c10::ScalarType dtype) {
@@ -26,9 +28,9 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& hidden, const Rotar
 torch::Tensor DecoderLayerImpl::forward_cached(const torch::Tensor& hidden,
                                                const RotaryTables& rope, const CacheStep& step,
                                                KVCache& cache, int64_t layer_index) {
-  torch::Tensor h = hidden + self_attn->forward_cached(input_layernorm->forward(hidden), rope, step,
-                                                       cache, layer_index);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  torch::Tensor h = hidden + self_attn->forward_cached(fused_rms_norm(*input_layernorm, hidden),
+                                                       rope, step, cache, layer_index);
+  return h + mlp->forward(fused_rms_norm(*post_attention_layernorm, h));
 }
 
 }  // namespace ooze::models

@@ -27,7 +27,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& hidden, const RotaryTables& rope,
                         const ContextParallelAttention& cp);
 
-  // The tokens of a cache step (see AttentionImpl::forward_cached).
+  // The tokens of a cache step (see AttentionImpl::forward_cached), its norms fused
+  // (fused_norm.h).
   torch::Tensor forward_cached(const torch::Tensor& hidden, const RotaryTables& rope,
                                const CacheStep& step, KVCache& cache, int64_t layer_index);
 

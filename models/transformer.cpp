@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "models/activation_checkpoint.h"
 #include "models/causal_attention.h"
+#include "models/fused_norm.h"
 
 namespace ooze::models {
 namespace {
@@ -172,7 +173,7 @@ torch::Tensor TransformerModelImpl::forward_cached(const torch::Tensor& input_id
   for (size_t i = 0; i < layers_.size(); ++i) {
     hidden = layers_[i]->forward_cached(hidden, rope, step, cache, static_cast<int64_t>(i));
   }
-  return norm_->forward(hidden);
+  return fused_rms_norm(*norm_, hidden);
 }
 
 }  // namespace ooze::models

@@ -259,6 +259,28 @@ TEST_F(KVCacheTest, ChunkedPrefillMixedWithDecodesMatchesFullForward) {
   }
 }
 
+// One sequence alone, prompt then decodes across block boundaries: over blocks in order its
+// decodes read the cache in place (no gather, no mask), over shuffled ones they take the batched
+// path; both match the full forward.
+TEST_F(KVCacheTest, ALoneDecodeMatchesFullForwardOverBlocksInOrderOrNot) {
+  for (const std::string type : {"qwen3", "llama"}) {
+    for (bool shuffled : {false, true}) {
+      SCOPED_TRACE(type + (shuffled ? ", shuffled blocks" : ", blocks in order"));
+      ModelConfig config = tiny_config(type);
+      TransformerModel model(config);
+      randomize(model, 8);
+      KVCache cache(config, 8, 4, torch::kFloat);
+      Harness harness(model, cache, 4, shuffled);
+      Sequence alone;
+      harness.step({{&alone, random_ids(6, config.vocab_size, 1)}});
+      for (int i = 0; i < 9; ++i) harness.step({{&alone, random_ids(1, config.vocab_size, 2 + i)}});
+      ASSERT_EQ(alone.held, 15);
+      if (!shuffled) EXPECT_EQ(alone.table, (std::vector<int64_t>{0, 1, 2, 3}));
+      EXPECT_LT(harness.worst(), kFp32Tolerance);
+    }
+  }
+}
+
 // A second sequence lists the first one's full blocks as its own prefix and plans only its
 // remaining tokens: its logits are those of computing it alone, and both keep decoding.
 TEST_F(KVCacheTest, SharedPrefixBlocksGiveTheLogitsOfComputingAlone) {
