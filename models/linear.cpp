@@ -1,6 +1,7 @@
 #include "models/linear.h"
 
 #include "core/error.h"
+#include "models/few_rows_linear.h"
 
 namespace ooze::models {
 
@@ -23,6 +24,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight,
         bias.defined() ? torch::addmv(bias, weight, row) : torch::mv(weight, row);
     return y.view(shape);
   }
+  if (few_rows_linear_applies(x, weight, bias)) return few_rows_linear(x, weight, bias);
   return bias.defined() ? torch::linear(x, weight, bias) : torch::linear(x, weight);
 }
 
