@@ -41,8 +41,8 @@ __attribute__((target("avx512f"))) inline float sum_lanes(__m512 v) {
 // most 16 of the 32 vector registers).
 template <int kOutputs, int kRows>
 __attribute__((target("avx512f"))) void multiply_block(const Product& p, int64_t i, int64_t j) {
-  // Unrolled by hand's worth of pragmas: -O2 keeps these loops, and the accumulators then live
-  // in memory rather than in registers (2.3x slower than OpenBLAS instead of faster).
+  // The pragmas unroll what -O2 keeps as loops, which would hold the accumulators in memory
+  // rather than in registers (at b16 on one thread: 12.0 tokens/s against 21.8 unrolled).
   __m512 sums[kOutputs][kRows];
 #pragma GCC unroll 4
   for (int o = 0; o < kOutputs; ++o) {
