@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/cpu_features.h"
+
 namespace ooze {
 namespace {
 
@@ -57,11 +59,7 @@ __attribute__((target("avx512f"))) void convert_avx512(const float* source, uint
 }  // namespace
 
 void convert_to_bfloat16(const float* source, uint16_t* destination, size_t count) {
-  static const bool has_avx512 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  if (has_avx512) {
+  if (cpu_has_avx512f()) {
     convert_avx512(source, destination, count);
   } else {
     convert_plain(source, destination, count);

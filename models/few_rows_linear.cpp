@@ -5,16 +5,10 @@
 #include <c10/core/InferenceMode.h>
 #include <immintrin.h>
 
+#include "core/cpu_features.h"
+
 namespace ooze::models {
 namespace {
-
-bool has_avx512() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return has;
-}
 
 struct Product {
   const float* x;     // [rows, in]
@@ -104,7 +98,7 @@ bool few_rows_linear_applies(const at::Tensor& x, const at::Tensor& weight,
   auto fp32_on_cpu = [](const at::Tensor& t) {
     return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
   };
-  return c10::InferenceMode::is_enabled() && has_avx512() && x.dim() == 2 && x.size(0) >= 2 &&
+  return c10::InferenceMode::is_enabled() && cpu_has_avx512f() && x.dim() == 2 && x.size(0) >= 2 &&
          x.size(0) <= kFewRowsLinearMaxRows && weight.dim() == 2 && x.size(1) == weight.size(1) &&
          fp32_on_cpu(x) && fp32_on_cpu(weight) &&
          (!bias.defined() || (fp32_on_cpu(bias) && bias.numel() == weight.size(0)));

@@ -7,6 +7,8 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include "core/cpu_features.h"
+
 namespace ooze::models {
 namespace {
 
@@ -19,13 +21,8 @@ class FewRowsLinearTest : public ::testing::Test {
   void TearDown() override { at::set_num_threads(1); }
 };
 
-bool cpu_has_avx512() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") != 0;
-}
-
 TEST_F(FewRowsLinearTest, EqualsTheProductInFp64) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512: linear() keeps OpenBLAS's gemm";
+  if (!cpu_has_avx512f()) GTEST_SKIP() << "no AVX-512: linear() keeps OpenBLAS's gemm";
   c10::InferenceMode inference;
   // rows: a block of 4 and tails of 1-3; in: whole vectors and a masked tail; out: blocks of 4,
   // a tail, and more than one thread's share.
@@ -55,7 +52,7 @@ TEST_F(FewRowsLinearTest, TakesOnlyAFewFp32RowsUnderInferenceMode) {
   // Outside InferenceMode (a trainer's forward, with or without a gradient): gemm's order stays.
   EXPECT_FALSE(few_rows_linear_applies(at::randn({4, 16}), weight, none));
   c10::InferenceMode inference;
-  EXPECT_EQ(few_rows_linear_applies(at::randn({4, 16}), weight, none), cpu_has_avx512());
+  EXPECT_EQ(few_rows_linear_applies(at::randn({4, 16}), weight, none), cpu_has_avx512f());
   EXPECT_FALSE(few_rows_linear_applies(at::randn({1, 16}), weight, none));  // torch::mv's
   EXPECT_FALSE(few_rows_linear_applies(at::randn({kFewRowsLinearMaxRows + 1, 16}), weight, none));
   EXPECT_FALSE(few_rows_linear_applies(at::randn({4, 16}).to(at::kBFloat16),
