@@ -47,22 +47,18 @@ torch::Tensor attend_one_sequence(const torch::Tensor& q, const torch::Tensor& k
                                 .permute({1, 2, 0, 3})
                                 .reshape({kv_heads, group * count, head_dim});
     torch::Tensor scores = torch::bmm(queries, keys) * scale;  // [kvh, g * count, Lk]
-    if (first_query_position + start >= num_keys - 1) {  // every query sees every key: a decode
-      torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
-      outputs.push_back(torch::bmm(probs, values)
-                            .view({kv_heads, group, count, head_dim})
-                            .permute({2, 0, 1, 3})
-                            .reshape({count, heads, head_dim}));
-      continue;
+    // Causality: the first query sees keys up to its own position. Where that is every key (a
+    // decode), nothing is masked and the mask's operations are skipped.
+    if (first_query_position + start < num_keys - 1) {
+      torch::Tensor query_positions =
+          torch::arange(first_query_position + start, first_query_position + start + count,
+                        torch::TensorOptions().dtype(torch::kLong).device(q.device()));
+      torch::Tensor key_positions =
+          torch::arange(num_keys, torch::TensorOptions().dtype(torch::kLong).device(q.device()));
+      torch::Tensor future = key_positions.unsqueeze(0) > query_positions.unsqueeze(1);  // [c, Lk]
+      scores = scores.view({kv_heads, group, count, num_keys})
+                   .masked_fill(future, -std::numeric_limits<float>::infinity());
     }
-    torch::Tensor query_positions =
-        torch::arange(first_query_position + start, first_query_position + start + count,
-                      torch::TensorOptions().dtype(torch::kLong).device(q.device()));
-    torch::Tensor key_positions =
-        torch::arange(num_keys, torch::TensorOptions().dtype(torch::kLong).device(q.device()));
-    torch::Tensor future = key_positions.unsqueeze(0) > query_positions.unsqueeze(1);  // [c, Lk]
-    scores = scores.view({kv_heads, group, count, num_keys})
-                 .masked_fill(future, -std::numeric_limits<float>::infinity());
     torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
     torch::Tensor out = torch::bmm(probs.view({kv_heads, group * count, num_keys}), values);
     outputs.push_back(out.view({kv_heads, group, count, head_dim})
