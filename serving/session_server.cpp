@@ -371,6 +371,22 @@ struct SessionServer::Impl {
     exchange->finish();
   }
 
+  // The completion as the agent's next prompt carries it, so that the splice maps the agent's
+  // copy to the exact tokens: the text it got (valid UTF-8, special tokens skipped as the
+  // request asked: the model may sample <|im_start|> mid-text, and the agent never sees it),
+  // then the stop or end-of-turn token that ended the call, which a chat template writes back.
+  // A stop string stays in: the agent got the text before it and writes it back itself.
+  std::string text_as_sent_back(const engine::GenerateOutput& output, const OpenAiCall& call) {
+    std::vector<int64_t> sampled = output.output_ids;
+    std::string end_of_turn;
+    if (output.matched_token && !sampled.empty() && sampled.back() == *output.matched_token) {
+      end_of_turn = tokenizer.decode({sampled.back()});
+      sampled.pop_back();
+    }
+    const bool skip_special = call.requests.front().sampling.skip_special_tokens;
+    return models::utf8_lossy(tokenizer.decode(sampled, skip_special)) + end_of_turn;
+  }
+
   void record(const std::shared_ptr<Session>& session, const std::string& rid,
               const std::vector<int64_t>& prompt_ids, const std::string& prompt_text,
               const json& answer, const engine::GenerateOutput& output, const OpenAiCall& call) {
@@ -385,12 +401,8 @@ struct SessionServer::Impl {
     }
     std::vector<int64_t> history_ids = prompt_ids;
     history_ids.insert(history_ids.end(), output.output_ids.begin(), output.output_ids.end());
-    // As the agent saw it (valid UTF-8), with special tokens: the template writes the
-    // end-of-turn token the model sampled, and a character the model's bytes left incomplete
-    // comes back as the agent got it, so the splice maps the agent's copy to the exact tokens.
     const std::string history_text =
-        prompt_text.empty() ? ""
-                            : prompt_text + models::utf8_lossy(tokenizer.decode(output.output_ids));
+        prompt_text.empty() ? "" : prompt_text + text_as_sent_back(output, call);
     std::lock_guard<std::mutex> lock(session->mutex);
     session->in_flight.erase(rid);
     if (session->closed) return;

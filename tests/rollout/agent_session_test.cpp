@@ -5,10 +5,12 @@
 // session's own record.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "models/unicode_utils.h"
 #include "rollout/agent_command.h"
 #include "rollout/rollout_manager.h"
+#include "serving/generate_protocol.h"
 #include "serving/session_server.h"
 #include "tests/support/process.h"
 #include "tests/support/served_engines.h"
@@ -216,6 +219,55 @@ TEST_F(AgentSessionTest, OfficialOpenAiClientAgentTrainsOnTheTokensTheEngineSamp
   EXPECT_EQ(samples[0].reward, 0.5);
   EXPECT_NE(samples[0].status, Sample::Status::kAborted) << samples[0].abort_reason;
   expect_token_exact(samples[0], transcript);
+}
+
+TEST_F(AgentSessionTest, SpecialTokenSampledMidTextKeepsTheConversationOneSample) {
+  // The random model samples <|endoftext|> or <|im_start|> now and then; the returned text skips
+  // them, so the agent's next prompt lacks them while the sampled ids hold them. A seed whose
+  // first completion has one inside it (and runs to its length) shows the splice still holds.
+  const std::vector<int64_t> prompt_ids = tokenizer().encode(sample().prompt);
+  std::optional<int64_t> seed;
+  for (int64_t candidate = 0; candidate < 200 && !seed; ++candidate) {
+    const json answer = engines_->router().generate(
+        {{"input_ids", prompt_ids},
+         {"sampling_params", {{"max_new_tokens", 24}, {"temperature", 1.0}, {"seed", candidate}}}});
+    const engine::GenerateOutput output = serving::generate_output_from_json(answer);
+    const auto& ids = output.output_ids;
+    if (ids.size() == 24 && std::any_of(ids.begin(), ids.end() - 1, [](int64_t id) {
+          return id == 256 || id == 257;  // <|endoftext|>, <|im_start|>: special, not EOS
+        })) {
+      seed = candidate;
+    }
+  }
+  ASSERT_TRUE(seed) << "no seed in 200 sampled a special token inside 24 tokens";
+
+  const std::string transcript_path = dir_ + "/transcript.json";
+  const std::vector<Sample> samples =
+      run_agent("python3 " + quoted(kAgents / "urllib_agent.py") + " completions " +
+                transcript_path + " " + std::to_string(*seed));
+  const json transcript = read_json(transcript_path);
+  ASSERT_EQ(transcript.size(), 2u) << transcript;
+  const std::string first_text = transcript[0]["response"]["choices"][0]["text"];
+  EXPECT_EQ(first_text.find("<|im_start|>"), std::string::npos) << "the text skips special tokens";
+  ASSERT_EQ(samples.size(), 1u) << "the agent's second prompt extends its first call";
+  const Sample& trained = samples[0];
+  EXPECT_EQ(trained.metrics["agent/segments"], 1);
+  // The prompt, the 24 sampled ids (specials included), " Go on." as an observation, 4 more.
+  ASSERT_EQ(trained.response_length, 24 + 7 + 4);
+  const auto mask_at = [&](size_t i) { return trained.loss_mask[i]; };
+  for (size_t i = 0; i < 24; ++i) EXPECT_EQ(mask_at(i), 1) << i;
+  for (size_t i = 24; i < 31; ++i) EXPECT_EQ(mask_at(i), 0) << i;
+  for (size_t i = 31; i < 35; ++i) EXPECT_EQ(mask_at(i), 1) << i;
+  const std::vector<int64_t> sampled(trained.tokens.begin() + trained.prompt_length(),
+                                     trained.tokens.begin() + trained.prompt_length() + 24);
+  EXPECT_TRUE(std::any_of(sampled.begin(), sampled.end() - 1, [](int64_t id) {
+    return id == 256 || id == 257;
+  })) << "the trained tokens are the ones sampled, the special one included";
+  // And they read as the agent's second prompt once the special tokens are skipped.
+  const std::vector<int64_t> spliced(trained.tokens.begin() + trained.prompt_length(),
+                                     trained.tokens.begin() + trained.prompt_length() + 31);
+  EXPECT_EQ(models::utf8_lossy(tokenizer().decode(spliced, /*skip_special_tokens=*/true)),
+            first_text + " Go on.");
 }
 
 TEST_F(AgentSessionTest, TemplateThatDropsEarlierThinkingSplitsTheRolloutInTwo) {

@@ -1,12 +1,14 @@
 """A test agent that uses only the standard library (urllib) against an ooze agent session.
 
-    urllib_agent.py MODE TRANSCRIPT_PATH
+    urllib_agent.py MODE TRANSCRIPT_PATH [SEED]
 
 Reads the sample from stdin, talks to $OPENAI_BASE_URL with $OPENAI_API_KEY and writes what it
 sent and got (every request body and response) to TRANSCRIPT_PATH as JSON. Modes:
     tools3     three chat turns with a calculator tool offered; each answer is followed by a
                tool message (the calculator's result), as a tool-using agent does
     reasoning  two turns with the Qwen3 template's thinking disabled
+    completions  two calls to the completions API, sampled with SEED; the second prompt is the
+               first prompt, the text the first call returned and " Go on."
     malformed  one request with an unknown role (refused), then one good turn
     garbage    prints lines that are not JSON, makes one good turn, prints a reward line
     crash      writes to stderr and exits 3 without calling the model
@@ -64,6 +66,17 @@ def main():
     if mode == "garbage":
         print("this is not json {")
         print("[1, 2")
+    if mode == "completions":
+        prompt = sample["prompt"]
+        for max_tokens in (24, 4):
+            body = {"model": "policy", "prompt": prompt, "max_tokens": max_tokens,
+                    "temperature": 1.0, "seed": int(sys.argv[3])}
+            status, answer = post("/completions", body)
+            calls.append({"status": status, "request": body, "response": answer})
+            prompt += answer["choices"][0]["text"] + " Go on."
+        with open(transcript_path, "w") as out:
+            json.dump(calls, out)
+        return
     messages = [{"role": "system", "content": "You can use a calculator."},
                 {"role": "user", "content": sample["prompt"]}]
     if mode == "malformed":
