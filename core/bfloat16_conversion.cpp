@@ -41,7 +41,13 @@ __attribute__((target("avx512f"))) void convert_avx512(const float* source, uint
   constexpr __mmask16 kAll = 0xFFFF;
   const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF);
   const __m512i quiet_nan = _mm512_set1_epi32(0x7FC0);
+  constexpr size_t kPrefetchAhead = 1024;  // values
   for (; i + 16 <= count; i += 16) {
+    // One source line each step, 4 kB ahead: the hardware prefetcher alone left the core
+    // waiting on memory.
+    if (i + kPrefetchAhead < count) {
+      _mm_prefetch(reinterpret_cast<const char*>(source + i + kPrefetchAhead), _MM_HINT_T0);
+    }
     const __m512 values = _mm512_loadu_ps(source + i);
     const __m512i bits = _mm512_castps_si512(values);
     const __m512i lowest_kept = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, bits, 16), one);
