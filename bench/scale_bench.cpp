@@ -17,7 +17,9 @@
 //                          done once per run (colocated: the engine moves its parameters into
 //                          shared memory; disaggregated: the broadcast group forms). So:
 //        later_sync_gb_per_s  the same for the sync after the second rollout of a short run
-//                          (2 prompts x 1 sample x 8 tokens), the rate every later sync runs at
+//                          (2 prompts x 1 sample x 8 tokens), the rate every later sync runs at;
+//                          also rl_step.colocated_bf16.: into an engine in bf16 (the trainer
+//                          keeps fp32 masters, so the sync converts as it writes)
 //      The disaggregated run saves its rollout (--save-debug-rollout-data) for step 2, and its
 //      start-up (launch to the first rollout: processes, model loads, engine serving) is
 //      startup.fresh.
@@ -45,6 +47,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -212,16 +215,44 @@ std::vector<std::string> placement_flags(const std::string& mode) {
   return flags;
 }
 
-void print_later_sync(const std::string& mode, const ScopedTempDir& files, const std::string& ooze,
+// The model as a bf16 engine loads it (config.json's torch_dtype), the files shared by links; the
+// trainer still keeps fp32 masters, so every sync converts.
+void write_bf16_engine_model(const std::string& model, const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator(model)) {
+    if (entry.path().filename() != "config.json") {
+      fs::create_symlink(fs::absolute(entry.path()), fs::path(dir) / entry.path().filename());
+    }
+  }
+  std::ifstream in(model + "/config.json");
+  json config = json::parse(in);
+  config["torch_dtype"] = "bfloat16";
+  std::ofstream(dir + "/config.json") << config.dump(2) << "\n";
+}
+
+// `name`: colocated, disaggregated or colocated_bf16 (colocated into a bf16 engine).
+void print_later_sync(const std::string& name, const ScopedTempDir& files, const std::string& ooze,
                       double memcpy_rate) {
-  const std::string out = files.path(mode + "-later-sync");
+  const std::string out = files.path(name + "-later-sync");
   std::vector<std::string> command = train_command(ooze, files, 2, out, RolloutShape{2, 1, 8});
-  const std::vector<std::string> flags = placement_flags(mode);
+  const bool bf16 = name == "colocated_bf16";
+  const std::vector<std::string> flags = placement_flags(bf16 ? "colocated" : name);
   command.insert(command.end(), flags.begin(), flags.end());
+  if (bf16) {
+    write_bf16_engine_model(files.path("model"), files.path("model-bf16"));
+    *(std::find(command.begin(), command.end(), "--hf-checkpoint") + 1) = files.path("model-bf16");
+  }
   const json line = run_train(command, out, 1, 1).front();
   const double rate = sync_gb_per_s(line);
-  print_line(kBench, "rl_step." + mode + ".later_sync_gb_per_s", rate, "GB/s", memcpy_rate,
+  print_line(kBench, "rl_step." + name + ".later_sync_gb_per_s", rate, "GB/s", memcpy_rate,
              rate / memcpy_rate);
+  const double seconds = metric(line, "perf/update_weights_time");
+  for (const std::string part : {"pack", "transfer", "control"}) {
+    const double part_seconds = metric(line, "perf/update_weights_" + part + "_time");
+    print_line(kBench, "rl_step." + name + ".later_sync_" + part, part_seconds, "s", seconds,
+               part_seconds / seconds);
+  }
 }
 
 void print_rl_step(const std::string& mode, const json& line, double memcpy_rate) {
@@ -292,8 +323,8 @@ void run_bench(bool later_syncs_only) {
   write_prompts(files.path("prompts.jsonl"));
   const double memcpy_rate = memcpy_gb_per_s(
       static_cast<size_t>(std::filesystem::file_size(files.path("model/model.safetensors"))));
-  for (const std::string mode : {"colocated", "disaggregated"}) {
-    print_later_sync(mode, files, ooze, memcpy_rate);
+  for (const std::string name : {"colocated", "colocated_bf16", "disaggregated"}) {
+    print_later_sync(name, files, ooze, memcpy_rate);
   }
   if (later_syncs_only) return;
 

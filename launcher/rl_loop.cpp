@@ -532,6 +532,16 @@ void RlLoop::sync(int64_t version, MetricLine& line) {
     line["perf/update_weights_bytes"] = static_cast<double>(synced.front().bytes);
     line["perf/update_weights_mb_per_sec"] =
         synced.front().bytes / 1e6 / std::max(line["perf/update_weights_time"], 1e-9);
+    // Where the slowest rank spent it (WeightSyncReport's split); the rest is the calls' trip.
+    for (const trainer::WeightSyncReport& report : synced) {
+      for (const auto& [key, seconds] :
+           {std::pair{"perf/update_weights_pack_time", report.pack_seconds},
+            std::pair{"perf/update_weights_transfer_time", report.transfer_seconds},
+            std::pair{"perf/update_weights_control_time", report.control_seconds}}) {
+        double& slowest = line[key];
+        slowest = std::max(slowest, seconds);
+      }
+    }
   }
 }
 
