@@ -49,6 +49,7 @@ class Communicator {
   // In place over `tensor` on every rank. AVG is for floating-point dtypes only.
   virtual WorkPtr all_reduce_async(const at::Tensor& tensor, ReduceOp op) = 0;
   // `output` (flat, size() * input.numel() elements) receives every rank's `input` in rank order.
+  // `input` may be this rank's own slot of `output` (in place).
   virtual WorkPtr all_gather_async(const at::Tensor& output, const at::Tensor& input) = 0;
   // Uneven variant: rank r contributes counts[r] elements; output.numel() == sum(counts).
   virtual WorkPtr all_gather_v_async(const at::Tensor& output, const at::Tensor& input,

@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "core/bfloat16_conversion.h"
 #include "core/error.h"
 #include "fsdp/storage.h"
 
@@ -342,12 +343,26 @@ void FullyShardedModule::finish_backward(bool release_held) {
   }
 }
 
-torch::Tensor FullyShardedModule::gather_full_master(size_t unit) {
+torch::Tensor FullyShardedModule::gather_full_master(size_t unit, at::ScalarType dtype,
+                                                     torch::Tensor* buffer) {
   check_unit_index(unit, "gather_full_master");
   FlatParam& flat = *units_[unit];
-  if (world_size() == 1) return flat.master_shard();
-  torch::Tensor full = torch::empty({flat.padded_numel()}, flat.master_shard().options());
-  comm_->all_gather(full, flat.master_shard());
+  const torch::Tensor& shard = flat.master_shard();
+  if (world_size() == 1 && dtype == shard.scalar_type()) return shard;
+  const int64_t bytes = flat.padded_numel() * static_cast<int64_t>(c10::elementSize(dtype));
+  torch::Tensor fresh;
+  torch::Tensor& storage = buffer != nullptr ? *buffer : fresh;
+  if (!storage.defined() || storage.numel() < bytes) {
+    storage = torch::Tensor();  // the old one goes before the larger one is allocated
+    storage = torch::empty({bytes}, shard.options().dtype(torch::kUInt8));
+  }
+  torch::Tensor full = storage.narrow(0, 0, bytes).view(dtype);
+  // The shard goes to its own place in the result, converted as it is copied; the gather then
+  // fills the other ranks' places around it. Converting before gathering moves fewer bytes
+  // when `dtype` is narrower, and each rank converts only its own share.
+  torch::Tensor mine = full.narrow(0, rank() * flat.shard_numel(), flat.shard_numel());
+  copy_converted(mine, shard);
+  if (world_size() > 1) comm_->all_gather(full, mine);
   return full;
 }
 

@@ -25,7 +25,19 @@ std::vector<SyncedTensor> sharded_parameters(fsdp::FullyShardedModule& model) {
 
 TrainerBuckets::TrainerBuckets(fsdp::FullyShardedModule& model, std::vector<SyncedTensor> tensors,
                                at::ScalarType engine_dtype, int64_t max_bucket_bytes)
-    : model_(model), tensors_(std::move(tensors)) {
+    : model_(model), tensors_(std::move(tensors)), gather_dtypes_(model.num_units(), at::kFloat) {
+  // A unit whose tensors are all slices of it as they are is gathered in the engines' dtype
+  // (W > 1): half the bytes for bf16 engines, each rank converting its own shard. A unit with a
+  // computed tensor (a merged LoRA weight) is computed from fp32 and converted once, at the end.
+  if (model.world_size() > 1 && at::isFloatingType(engine_dtype)) {
+    std::vector<bool> plain(model.num_units(), true);
+    for (const SyncedTensor& tensor : tensors_) {
+      if (tensor.unit && !tensor.unit_offset) plain[*tensor.unit] = false;
+    }
+    for (size_t u = 0; u < plain.size(); ++u) {
+      if (plain[u]) gather_dtypes_[u] = engine_dtype;
+    }
+  }
   std::vector<weight_sync::TensorSpec> specs;
   std::map<std::string, size_t> index_of;
   std::optional<size_t> last_unit;
@@ -68,7 +80,7 @@ int64_t TrainerBuckets::total_bytes() const {
 const at::Tensor& TrainerBuckets::gathered(size_t unit) {
   if (!gathered_.defined() || gathered_unit_ != unit) {
     gathered_ = at::Tensor();  // the unit behind us goes before the next is gathered
-    gathered_ = model_.gather_full_master(unit);
+    gathered_ = model_.gather_full_master(unit, gather_dtypes_[unit], &gather_buffer_);
     gathered_unit_ = unit;
   }
   return gathered_;
@@ -88,14 +100,20 @@ void TrainerBuckets::pack(size_t index, at::Tensor* buffer) {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return sources[a] < sources[b]; });
-  std::vector<at::Tensor> values(sources.size());
-  for (size_t i : order) {
-    const SyncedTensor& tensor = tensors_[sources[i]];
-    values[i] = tensor.value(tensor.unit ? gathered(*tensor.unit) : at::Tensor());
-  }
-  if (buffer != nullptr) {
+  if (buffer == nullptr) {
+    for (size_t i : order) {
+      if (const std::optional<size_t> unit = tensors_[sources[i]].unit) gathered(*unit);
+    }
+  } else {
+    // Each value is copied before the next unit's gather reuses the memory it views.
     at::Tensor view = buffer->narrow(0, 0, bucket.nbytes);
-    weight_sync::pack_into(bucket, values, view);
+    weight_sync::pack_into(
+        bucket, order,
+        [&](size_t i) {
+          const SyncedTensor& tensor = tensors_[sources[i]];
+          return tensor.value(tensor.unit ? gathered(*tensor.unit) : at::Tensor());
+        },
+        view);
   }
   ++next_bucket_;
   if (next_bucket_ == plan_.size()) restart();

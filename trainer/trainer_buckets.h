@@ -2,11 +2,12 @@
 // the FSDP shards: the trainer's end of every transfer path.
 //
 // The walk goes unit by unit in forward order (embeddings, layers, the root: the Hugging Face
-// order of a checkpoint) and entry by entry within a unit. A unit is all-gathered (fp32
-// master, fsdp::FullyShardedModule::gather_full_master) when the walk first needs it and freed
-// when it has passed it, so at any time a rank holds its shards, at most the one unit being cut,
-// and the bucket buffers the caller passes. Each tensor is converted to the engine's dtype as it
-// is copied into the bucket (no full-size temporary).
+// order of a checkpoint) and entry by entry within a unit. A unit is all-gathered
+// (fsdp::FullyShardedModule::gather_full_master) when the walk first needs it, into one buffer
+// that every unit reuses and that is kept between walks, so a rank holds its shards, that
+// buffer (the largest unit) and the bucket buffers the caller passes. At W > 1 a unit is
+// gathered in the engine's dtype, each rank converting its own shard; otherwise each tensor is
+// converted as it is copied into the bucket. Either way, no full-size temporary.
 //
 //   TrainerBuckets buckets(fsdp.sharded(), at::kBFloat16, max_bucket_bytes);
 //   for (size_t k = 0; k < buckets.plan().size(); ++k) {
@@ -45,8 +46,9 @@ struct SyncedTensor {
   // The FSDP unit its values are computed from, gathered when the walk reaches it; none for a
   // tensor the module holds whole (a frozen, replicated one).
   std::optional<size_t> unit;
-  // Its values in any floating dtype, given the unit's gathered flat fp32 vector (undefined
-  // when `unit` is none).
+  // Its values in any floating dtype, given the unit's gathered flat vector (undefined when
+  // `unit` is none): fp32, or the engine's dtype when every tensor of the unit has a
+  // unit_offset (a slice of it as it is).
   std::function<at::Tensor(const at::Tensor& gathered_unit)> value;
   // Set when the tensor is a parameter of `unit` as it is: its elements start here in the unit's
   // flat vector, so each rank holds a slice of it in its shard and can write that slice where
@@ -91,8 +93,10 @@ class TrainerBuckets {
   std::vector<weight_sync::BucketManifest> plan_;
   std::vector<std::vector<size_t>> sources_;  // per bucket, per manifest entry: its tensor
   size_t next_bucket_ = 0;
+  std::vector<at::ScalarType> gather_dtypes_;  // per unit
+  at::Tensor gather_buffer_;  // bytes; grown to the largest unit, reused by every gather
   size_t gathered_unit_ = 0;
-  at::Tensor gathered_;  // undefined when no unit is gathered
+  at::Tensor gathered_;  // a view of gather_buffer_ (or the shard); undefined when none
 };
 
 }  // namespace ooze::trainer

@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <unordered_set>
 
@@ -273,38 +275,27 @@ void validate_manifest(const BucketManifest& manifest) {
   }
 }
 
-void pack_into(const BucketManifest& manifest, const std::vector<at::Tensor>& tensors,
-               at::Tensor& buffer) {
-  validate_manifest(manifest);
-  check_buffer(manifest, buffer, "packing");
-  if (tensors.size() != manifest.entries.size()) {
-    throw Error("packing weight-sync bucket " + std::to_string(manifest.index) + ": got " +
-                std::to_string(tensors.size()) + " tensors for its " +
-                std::to_string(manifest.entries.size()) +
-                " entries; pass one tensor per entry, in entry order");
+namespace {
+
+void check_packed_tensor(const BucketManifest& manifest, size_t i, const at::Tensor& tensor) {
+  const BucketEntry& entry = manifest.entries[i];
+  // fp32 master weights become the engine's bf16 in the copy itself: no temporary.
+  const bool converts = tensor.defined() && at::isFloatingType(tensor.scalar_type()) &&
+                        at::isFloatingType(entry.dtype);
+  if (!tensor.defined() || (tensor.scalar_type() != entry.dtype && !converts) ||
+      tensor.sizes() != at::IntArrayRef(entry.shape)) {
+    throw Error("packing " + entry_text(manifest, i) + ": expected " + dtype_text(entry.dtype) +
+                " " + shape_text(entry.shape) + " but got " +
+                (tensor.defined()
+                     ? dtype_text(tensor.scalar_type()) + " " + shape_text(tensor.sizes().vec())
+                     : std::string("an undefined tensor")) +
+                "; only floating tensors are converted while packing; pass tensors in entry "
+                "order");
   }
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const BucketEntry& entry = manifest.entries[i];
-    const at::Tensor& tensor = tensors[i];
-    // fp32 master weights become the engine's bf16 in the copy itself: no temporary.
-    const bool converts = tensor.defined() && at::isFloatingType(tensor.scalar_type()) &&
-                          at::isFloatingType(entry.dtype);
-    if (!tensor.defined() || (tensor.scalar_type() != entry.dtype && !converts) ||
-        tensor.sizes() != at::IntArrayRef(entry.shape)) {
-      throw Error(
-          "packing " + entry_text(manifest, i) + ": expected " + dtype_text(entry.dtype) + " " +
-          shape_text(entry.shape) + " but got " +
-          (tensor.defined()
-               ? dtype_text(tensor.scalar_type()) + " " + shape_text(tensor.sizes().vec())
-               : std::string("an undefined tensor")) +
-          "; only floating tensors are converted while packing; pass tensors in entry order");
-    }
-  }
-  std::vector<at::Tensor> views;  // all made first: a misaligned buffer fails before any copy
-  views.reserve(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) views.push_back(entry_view(manifest, i, buffer));
-  for (size_t i = 0; i < tensors.size(); ++i) copy_converted(views[i], tensors[i]);
-  // Zero the padding, so equal weights always give equal bytes.
+}
+
+// Zeroes the bytes no entry covers, so equal weights always give equal bytes.
+void zero_padding(const BucketManifest& manifest, at::Tensor& buffer) {
   std::vector<std::pair<int64_t, int64_t>> spans;  // [begin, end) of each entry
   spans.reserve(manifest.entries.size());
   for (const BucketEntry& entry : manifest.entries) {
@@ -317,6 +308,56 @@ void pack_into(const BucketManifest& manifest, const std::vector<at::Tensor>& te
     cursor = std::max(cursor, end);
   }
   if (manifest.nbytes > cursor) buffer.narrow(0, cursor, manifest.nbytes - cursor).zero_();
+}
+
+}  // namespace
+
+void pack_into(const BucketManifest& manifest, const std::vector<at::Tensor>& tensors,
+               at::Tensor& buffer) {
+  if (tensors.size() != manifest.entries.size()) {
+    throw Error("packing weight-sync bucket " + std::to_string(manifest.index) + ": got " +
+                std::to_string(tensors.size()) + " tensors for its " +
+                std::to_string(manifest.entries.size()) +
+                " entries; pass one tensor per entry, in entry order");
+  }
+  // All checked first: a wrong list writes nothing.
+  for (size_t i = 0; i < tensors.size(); ++i) check_packed_tensor(manifest, i, tensors[i]);
+  std::vector<size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), 0);
+  pack_into(
+      manifest, order, [&](size_t i) { return tensors[i]; }, buffer);
+}
+
+void pack_into(const BucketManifest& manifest, const std::vector<size_t>& order,
+               const std::function<at::Tensor(size_t entry)>& tensor_of, at::Tensor& buffer) {
+  validate_manifest(manifest);
+  check_buffer(manifest, buffer, "packing");
+  std::vector<bool> seen(manifest.entries.size(), false);
+  for (size_t i : order) {
+    if (i >= seen.size() || seen[i]) {
+      throw Error("packing weight-sync bucket " + std::to_string(manifest.index) +
+                  ": the order names entry " + std::to_string(i) +
+                  (i >= seen.size() ? " of " + std::to_string(seen.size()) : " twice") +
+                  "; name every entry once");
+    }
+    seen[i] = true;
+  }
+  if (order.size() != manifest.entries.size()) {
+    throw Error("packing weight-sync bucket " + std::to_string(manifest.index) + ": the order " +
+                "names " + std::to_string(order.size()) + " of its " +
+                std::to_string(manifest.entries.size()) + " entries; name every entry once");
+  }
+  std::vector<at::Tensor> views;  // all made first: a misaligned buffer fails before any copy
+  views.reserve(manifest.entries.size());
+  for (size_t i = 0; i < manifest.entries.size(); ++i) {
+    views.push_back(entry_view(manifest, i, buffer));
+  }
+  for (size_t i : order) {
+    const at::Tensor tensor = tensor_of(i);
+    check_packed_tensor(manifest, i, tensor);
+    copy_converted(views[i], tensor);
+  }
+  zero_padding(manifest, buffer);
 }
 
 at::Tensor pack_bucket(const BucketManifest& manifest, const std::vector<at::Tensor>& tensors,

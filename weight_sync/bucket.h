@@ -23,6 +23,7 @@
 
 #include <cereal/cereal.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -93,6 +94,11 @@ void validate_manifest(const BucketManifest& manifest);
 // throws Error; a malformed manifest or buffer throws FormatError.
 void pack_into(const BucketManifest& manifest, const std::vector<at::Tensor>& tensors,
                at::Tensor& buffer);
+// The same, with each entry's tensor asked for as `tensor_of(i)` just before it is copied, the
+// entries visited in `order` (every entry once): for tensors that are views of memory the
+// caller reuses from one entry to the next. A bad tensor throws Error when its turn comes.
+void pack_into(const BucketManifest& manifest, const std::vector<size_t>& order,
+               const std::function<at::Tensor(size_t entry)>& tensor_of, at::Tensor& buffer);
 
 // pack_into a new buffer on `device`.
 at::Tensor pack_bucket(const BucketManifest& manifest, const std::vector<at::Tensor>& tensors,

@@ -131,6 +131,16 @@ void run_collectives(Communicator& comm) {
           for (int64_t i = 0; i < n; ++i) want.push_back(value(r, i, dtype));
         expect_values(out, want, "all_gather " + tag);
       }
+      {  // all_gather in place: the input is the output's own slot
+        at::Tensor out = at::empty({W * n}, dtype);
+        at::Tensor mine = out.narrow(0, R * n, n);
+        mine.copy_(make_input(R, n, dtype));
+        comm.all_gather(out, mine);
+        std::vector<double> want;
+        for (int r = 0; r < W; ++r)
+          for (int64_t i = 0; i < n; ++i) want.push_back(value(r, i, dtype));
+        expect_values(out, want, "all_gather in place " + tag);
+      }
       {  // all_gather_v: uneven counts, some possibly zero
         std::vector<int64_t> counts;
         for (int r = 0; r < W; ++r) counts.push_back((n + r * 5) % 7 + (r == 1 ? 0 : n / 3));

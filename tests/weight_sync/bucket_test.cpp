@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <string>
@@ -339,6 +340,47 @@ TEST(UnpackBucket, TensorsAreViewsOfTheBuffer) {
   buffer.reset();
   unpacked.clear();
   EXPECT_TRUE(at::equal(bf16, at::zeros({3, 129}, at::kBFloat16)));
+}
+
+TEST(PackBucket, TensorsAskedForOneAtATimeMayShareTheMemoryTheyView) {
+  // As the trainer packs: each tensor is a view of one scratch buffer that the next one
+  // overwrites, so each must be copied before the next is asked for, in the caller's order.
+  Mixed m = mixed_tensors();
+  const BucketManifest bucket = plan_buckets(specs_of(m), 1 << 20).at(0);
+  const std::vector<at::Tensor> inputs = in_entry_order(m, bucket);
+  size_t largest = 0;
+  for (const at::Tensor& input : inputs) largest = std::max(largest, input.nbytes());
+  at::Tensor scratch = at::empty({static_cast<int64_t>(largest)}, at::kByte);
+  std::vector<size_t> order(inputs.size());
+  std::iota(order.rbegin(), order.rend(), 0);  // last entry first
+  std::vector<size_t> asked;
+  at::Tensor buffer = at::full({bucket.nbytes}, 0xAB, at::kByte);
+  pack_into(
+      bucket, order,
+      [&](size_t i) {
+        asked.push_back(i);
+        const at::Tensor& input = inputs[i];
+        at::Tensor view =
+            scratch.narrow(0, 0, static_cast<int64_t>(input.nbytes())).view(input.scalar_type());
+        view = view.view(input.sizes());
+        view.copy_(input);
+        return view;
+      },
+      buffer);
+  EXPECT_EQ(asked, order);
+  const std::vector<uint8_t> expected = expected_bytes(bucket, inputs);
+  EXPECT_EQ(std::memcmp(buffer.data_ptr(), expected.data(), expected.size()), 0);
+
+  const auto tensor_of = [&](size_t i) { return inputs[i]; };
+  std::vector<size_t> twice = order;
+  twice.back() = twice.front();
+  EXPECT_CONTAINS(error_message_of<Error>([&] { pack_into(bucket, twice, tensor_of, buffer); }),
+                  "names entry " + std::to_string(order.front()) + " twice");
+  EXPECT_CONTAINS(error_message_of<Error>([&] {
+                    pack_into(bucket, {order.begin(), order.end() - 1}, tensor_of, buffer);
+                  }),
+                  "names " + std::to_string(order.size() - 1) + " of its " +
+                      std::to_string(order.size()) + " entries");
 }
 
 TEST(PackBucket, RefusesTensorsThatDoNotMatchTheirEntries) {
