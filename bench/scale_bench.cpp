@@ -92,7 +92,8 @@ void write_prompts(const std::string& path) {
   }
 }
 
-void init_model(const std::string& ooze, const std::string& dir, const std::string& log) {
+void init_model(const std::string& ooze, const std::string& dir, const std::string& log,
+                const std::string& dtype = "float32") {
   ooze::bench::run_logged({ooze,          "model",
                            "init",        "--arch",
                            "qwen3",       "--hidden-size",
@@ -103,6 +104,7 @@ void init_model(const std::string& ooze, const std::string& dir, const std::stri
                            "128",         "--intermediate-size",
                            "3072",        "--tie-embeddings",
                            "--tokenizer", "qwen3",
+                           "--dtype",     dtype,
                            "--out",       dir},
                           log);
 }
@@ -218,22 +220,6 @@ std::vector<std::string> placement_flags(const std::string& mode) {
   return flags;
 }
 
-// The model as a bf16 engine loads it (config.json's torch_dtype), the files shared by links; the
-// trainer still keeps fp32 masters, so every sync converts.
-void write_bf16_engine_model(const std::string& model, const std::string& dir) {
-  namespace fs = std::filesystem;
-  fs::create_directories(dir);
-  for (const auto& entry : fs::directory_iterator(model)) {
-    if (entry.path().filename() != "config.json") {
-      fs::create_symlink(fs::absolute(entry.path()), fs::path(dir) / entry.path().filename());
-    }
-  }
-  std::ifstream in(model + "/config.json");
-  json config = json::parse(in);
-  config["torch_dtype"] = "bfloat16";
-  std::ofstream(dir + "/config.json") << config.dump(2) << "\n";
-}
-
 // `name`: colocated, disaggregated or colocated_bf16 (colocated into a bf16 engine).
 void print_later_sync(const std::string& name, const ScopedTempDir& files, const std::string& ooze,
                       double memcpy_rate) {
@@ -244,7 +230,8 @@ void print_later_sync(const std::string& name, const ScopedTempDir& files, const
   const std::vector<std::string> flags = placement_flags(bf16 ? "colocated" : name);
   command.insert(command.end(), flags.begin(), flags.end());
   if (bf16) {
-    write_bf16_engine_model(files.path("model"), files.path("model-bf16"));
+    // The same shape in bf16: the engine loads it in bf16, the trainer keeps fp32 masters.
+    init_model(ooze, files.path("model-bf16"), files.path("model-bf16-init.log"), "bfloat16");
     *(std::find(command.begin(), command.end(), "--hf-checkpoint") + 1) = files.path("model-bf16");
   }
   std::vector<json> lines = run_train(command, out, 1, kLaterSyncs);
