@@ -1,15 +1,21 @@
 // Bandwidth of all_gather, reduce_scatter, all_reduce and broadcast between 2 real processes of
 // the CPU backend, at 1, 64 and 256 MiB, then of broadcast from one rank to 2 others (3
-// processes) at 64 and 256 MiB, the shape of weight sync to several rollout engines. Each twice:
-// comm.same_host.* as a group on one host runs them (reading the peers' memory,
-// comm/same_host_collectives.h), comm.gloo.* with every operation on Gloo's loopback TCP, as
-// ranks on different hosts would. The baseline is a single-process memcpy of the same bytes,
-// measured in the same run: the physical bound of this machine's memory system.
+// processes) at 64 and 256 MiB, the shape of weight sync to several rollout engines. Three
+// times:
+//   comm.same_host.*          a group on one host, ordinary tensors: every rank reads its peers'
+//                             memory through the kernel (comm/same_host_collectives.h);
+//   comm.same_host_segment.*  the same group with every tensor in an unnamed shared memory
+//                             segment (core/shared_memory_segment.h), which peers map and copy
+//                             from as from their own memory;
+//   comm.gloo.*               every operation on Gloo's loopback TCP, as ranks on different
+//                             hosts would.
+// The baseline is a single-process memcpy of the same bytes, measured in the same run: the
+// physical bound of this machine's memory system.
 //
 // Bandwidth = bytes of the full buffer (gathered output, scattered input, reduced or broadcast
 // tensor) divided by the time of one operation (the slowest rank's, median of the repetitions).
 //
-//   bench_comm_bandwidth            # starts the ranks itself (both paths, about N min)
+//   bench_comm_bandwidth            # starts the ranks itself (every path, about 30 s)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -25,6 +31,7 @@
 #include "comm/gloo_communicator.h"
 #include "comm/tcp_store.h"
 #include "core/load_time_settings.h"
+#include "core/shared_memory_segment.h"
 
 using namespace ooze::comm;
 using Clock = std::chrono::steady_clock;
@@ -83,12 +90,27 @@ void print_line(const char* path, const std::string& op, int world, int64_t mib,
   std::fflush(stdout);
 }
 
-int run_rank(int rank, int world, int port, SameHostPath same_host_path) {
+// How a group's ranks move bytes, and where their tensors live.
+struct Path {
+  const char* name;
+  SameHostPath same_host_path;
+  bool in_segments;
+};
+const std::vector<Path> kPaths = {{"same_host", SameHostPath::kWhenPossible, false},
+                                  {"same_host_segment", SameHostPath::kWhenPossible, true},
+                                  {"gloo", SameHostPath::kOff, false}};
+
+int run_rank(int rank, int world, int port, const Path& path_taken) {
   at::set_num_threads(1);
   auto store = std::make_shared<TcpStore>("127.0.0.1", port, rank, false, std::chrono::seconds(60));
   auto comm = make_gloo_communicator(store, rank, world, "bench", std::chrono::seconds(120),
-                                     "127.0.0.1", same_host_path);
-  const char* path = same_host_path == SameHostPath::kOff ? "gloo" : "same_host";
+                                     "127.0.0.1", path_taken.same_host_path);
+  const char* path = path_taken.name;
+  auto ones = [&](int64_t numel) {
+    if (!path_taken.in_segments) return at::ones({numel});
+    return ooze::empty_in_unnamed_segment(numel * 4).view(at::kFloat).fill_(1);
+  };
+
   const bool all_ops = world == kPairWorld;
   for (int64_t mib : all_ops ? kPairSizesMiB : kFanOutSizesMiB) {
     const int64_t n = mib * (1 << 20) / 4;  // float32 elements in the full buffer
@@ -97,7 +119,7 @@ int run_rank(int rank, int world, int port, SameHostPath same_host_path) {
     double baseline = rank == 0 ? memcpy_seconds(n * 4, reps) : 0.0;
     comm->barrier();
 
-    at::Tensor full = at::ones({n}), part = at::ones({n / world});
+    at::Tensor full = ones(n), part = ones(n / world);
     if (all_ops) {
       double gather = time_op(*comm, reps, [&] { comm->all_gather(full, part); });
       double scatter = time_op(*comm, reps, [&] { comm->reduce_scatter(part, full); });
@@ -116,15 +138,14 @@ int run_rank(int rank, int world, int port, SameHostPath same_host_path) {
 }
 
 // Runs `world` ranks, each this program with --rank (bench_support.h: around a store served here).
-bool run_group(int world, SameHostPath same_host_path) {
+bool run_group(int world, const Path& path) {
   try {
     ooze::bench::run_bench_ranks(
         world,
         [&](int rank, int port) {
-          return std::vector<std::string>{
-              "/proc/self/exe",     "--rank",
-              std::to_string(rank), std::to_string(world),
-              std::to_string(port), same_host_path == SameHostPath::kOff ? "tcp" : "same_host"};
+          return std::vector<std::string>{"/proc/self/exe",     "--rank",
+                                          std::to_string(rank), std::to_string(world),
+                                          std::to_string(port), path.name};
         },
         "the " + std::to_string(world) + "-rank group");
   } catch (const std::exception& e) {
@@ -139,12 +160,15 @@ bool run_group(int world, SameHostPath same_host_path) {
 int main(int argc, char** argv) {
   ooze::start_with_load_time_settings(argv);  // first: it may start this program again
   if (argc == 6 && std::string(argv[1]) == "--rank") {
-    return run_rank(
-        std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]),
-        std::string(argv[5]) == "tcp" ? SameHostPath::kOff : SameHostPath::kWhenPossible);
+    for (const Path& path : kPaths) {
+      if (std::string(argv[5]) == path.name) {
+        return run_rank(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), path);
+      }
+    }
+    return 2;
   }
   bool ok = true;
-  for (SameHostPath path : {SameHostPath::kWhenPossible, SameHostPath::kOff}) {
+  for (const Path& path : kPaths) {
     ok = run_group(kPairWorld, path) && ok;
     ok = run_group(kFanOutWorld, path) && ok;
   }

@@ -65,7 +65,7 @@
 #include "serving/rollout_engine_actor.h"
 #include "trainer/weight_syncer.h"
 #include "weight_sync/bucket.h"
-#include "weight_sync/shared_memory_segment.h"
+#include "core/shared_memory_segment.h"
 
 namespace {
 
@@ -432,7 +432,7 @@ void print_split(const std::string& bench, const std::string& prefix,
 // Weight sync segments this process created that are still in /dev/shm.
 std::vector<std::string> own_segments_left() {
   const std::string prefix =
-      std::string(ooze::weight_sync::kSegmentPrefix) + "-" + std::to_string(::getpid()) + "-";
+      std::string(ooze::kSegmentPrefix) + "-" + std::to_string(::getpid()) + "-";
   std::vector<std::string> left;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
     const std::string name = entry.path().filename().string();

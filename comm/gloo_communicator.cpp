@@ -428,11 +428,11 @@ class GlooCommunicator final : public Communicator {
   // bounded by the group's timeout and fail, naming the peer, as any other.
   SameHostControl same_host_control(uint32_t tag) {
     SameHostControl control;
-    control.exchange = [this, tag](uint64_t first, uint64_t second) {
-      uint64_t mine[2] = {first, second};
-      std::vector<uint64_t> all(2 * static_cast<size_t>(size_));
+    control.exchange = [this, tag](const std::vector<uint64_t>& words) {
+      std::vector<uint64_t> mine = words;  // Gloo takes a mutable input
+      std::vector<uint64_t> all(mine.size() * static_cast<size_t>(size_));
       gloo::AllgatherOptions opts(context_);
-      opts.setInput(mine, 2);
+      opts.setInput(mine.data(), mine.size());
       opts.setOutput(all.data(), all.size());
       opts.setTag(tag);
       opts.setTimeout(op_timeout());

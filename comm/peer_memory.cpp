@@ -1,6 +1,7 @@
 #include "comm/peer_memory.h"
 
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "comm/comm_error.h"
+#include "core/error.h"
 
 namespace ooze::comm {
 namespace {
@@ -139,6 +141,35 @@ void PeerMemory::transfer(bool reading, int peer, uint64_t remote, void* local,
     remote += static_cast<uint64_t>(moved);
     bytes -= static_cast<size_t>(moved);
   }
+}
+
+std::string PeerMemory::descriptor_path(int peer, int descriptor) const {
+  return "/proc/" + std::to_string(pids_[static_cast<size_t>(peer)]) + "/fd/" +
+         std::to_string(descriptor);
+}
+
+char* PeerMemory::map_segment(int peer, const UnnamedSegmentPlace& place) {
+  auto found = mapped_.find({peer, place.inode});
+  if (found == mapped_.end()) {
+    // A segment the peer let go has no descriptor there any more (or another file has it).
+    for (auto it = mapped_.begin(); it != mapped_.end();) {
+      struct stat info {};
+      const bool let_go = it->first.first == peer && (stat(it->second.name().c_str(), &info) != 0 ||
+                                                      info.st_ino != it->first.second);
+      it = let_go ? mapped_.erase(it) : std::next(it);
+    }
+    try {
+      // Shared and populated: the peer's pages themselves, with no fault on the first copy.
+      SharedMemorySegment segment =
+          SharedMemorySegment::open_writable(descriptor_path(peer, place.descriptor), place.size);
+      // The descriptor may have been closed and reused since the peer published it.
+      if (segment.inode() != place.inode) return nullptr;
+      found = mapped_.emplace(std::make_pair(peer, place.inode), std::move(segment)).first;
+    } catch (const IoError&) {
+      return nullptr;
+    }
+  }
+  return static_cast<char*>(found->second.data()) + place.offset;
 }
 
 }  // namespace ooze::comm

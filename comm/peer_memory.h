@@ -16,11 +16,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/store.h"
+#include "core/shared_memory_segment.h"
 
 namespace ooze::comm {
 
@@ -40,6 +43,15 @@ class PeerMemory {
   // Copies `bytes` from `local` to address `remote` in rank `peer`'s memory; fails as read().
   void write(int peer, uint64_t remote, const void* local, size_t bytes) const;
 
+  // Rank `peer`'s unnamed segment at `place` (core/shared_memory_segment.h), mapped shared and
+  // writable into this process. Bytes copied from or to it go as fast as this process's own
+  // memory, where read() and write() go through the kernel page by page at less than half that.
+  // nullptr when it cannot be mapped (the peer let it go, or /proc hides it); read() and write()
+  // still reach it.
+  // A mapping is kept for the operations that follow. Because it also keeps the segment's memory
+  // alive, mapping a new segment of a peer first drops those that peer has let go.
+  char* map_segment(int peer, const UnnamedSegmentPlace& place);
+
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(pids_.size()); }
 
@@ -47,8 +59,11 @@ class PeerMemory {
   PeerMemory(int rank, std::vector<pid_t> pids) : rank_(rank), pids_(std::move(pids)) {}
   void transfer(bool reading, int peer, uint64_t remote, void* local, size_t bytes) const;
 
+  std::string descriptor_path(int peer, int descriptor) const;
+
   int rank_;
   std::vector<pid_t> pids_;
+  std::map<std::pair<int, uint64_t>, SharedMemorySegment> mapped_;  // by (peer, inode)
 };
 
 }  // namespace ooze::comm

@@ -6,6 +6,7 @@
 
 #include "core/bfloat16_conversion.h"
 #include "core/error.h"
+#include "core/shared_memory_segment.h"
 #include "fsdp/storage.h"
 
 namespace ooze::fsdp {
@@ -354,7 +355,11 @@ torch::Tensor FullyShardedModule::gather_full_master(size_t unit, at::ScalarType
   torch::Tensor& storage = buffer != nullptr ? *buffer : fresh;
   if (!storage.defined() || storage.numel() < bytes) {
     storage = torch::Tensor();  // the old one goes before the larger one is allocated
-    storage = torch::empty({bytes}, shard.options().dtype(torch::kUInt8));
+    // Peers on this host read a gather's buffer at memory speed when it lies in a segment
+    // (comm/same_host_collectives.h).
+    storage = shard.is_cpu() && world_size() > 1
+                  ? empty_in_unnamed_segment(bytes)
+                  : torch::empty({bytes}, shard.options().dtype(torch::kUInt8));
   }
   torch::Tensor full = storage.narrow(0, 0, bytes).view(dtype);
   // The shard goes to its own place in the result, converted as it is copied; the gather then

@@ -67,7 +67,7 @@ std::string reason_of(const engine::InvalidRequest& error) {
 
 RolloutEngine::RolloutEngine(engine::EngineOptions options)
     : engine::Engine(with_resolved_device(std::move(options))), receiver_(*this) {
-  weight_sync::cleanup_stale_segments();  // left by trainers that died mid-sync
+  cleanup_stale_segments();  // left by trainers that died mid-sync
 }
 
 RolloutEngine::~RolloutEngine() { stop_server(); }

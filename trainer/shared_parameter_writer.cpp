@@ -27,7 +27,7 @@ SharedParameterWriter::SharedParameterWriter(fsdp::FullyShardedModule& model,
         "SharedParameterWriter: some synced tensors are computed (merged), not parameters "
         "as they are; they go through buckets");
   }
-  segment_ = weight_sync::SharedMemorySegment::open_writable(shared.segment, shared.layout.nbytes);
+  segment_ = SharedMemorySegment::open_writable(shared.segment, shared.layout.nbytes);
   std::map<std::string, at::Tensor> engine_tensors;
   for (auto& [name, view] : weight_sync::unpack_bucket(shared.layout, segment_.as_tensor())) {
     engine_tensors.emplace(name, view);

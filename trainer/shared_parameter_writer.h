@@ -25,7 +25,7 @@
 
 #include "trainer/trainer_buckets.h"
 #include "weight_sync/protocol.h"
-#include "weight_sync/shared_memory_segment.h"
+#include "core/shared_memory_segment.h"
 
 namespace ooze::fsdp {
 class FullyShardedModule;
@@ -62,7 +62,7 @@ class SharedParameterWriter {
   };
 
   fsdp::FullyShardedModule& model_;
-  weight_sync::SharedMemorySegment segment_;
+  SharedMemorySegment segment_;
   std::vector<std::string> names_;
   std::vector<Copy> copies_;
 };

@@ -105,7 +105,7 @@ WeightSyncer::WeightSyncer(fsdp::FullyShardedModule& model, SyncedWeights weight
   }
   for (const EngineHandle& engine : engines_) engine_restarts_.push_back(engine.info().restarts);
   if (engines_.empty()) throw ConfigError("WeightSyncer: no rollout engine to sync");
-  weight_sync::cleanup_stale_segments();  // left by trainers that died mid-sync
+  cleanup_stale_segments();  // left by trainers that died mid-sync
 }
 
 WeightSyncer::WeightSyncer(fsdp::FullyShardedModule& model, at::ScalarType engine_dtype,
@@ -276,7 +276,7 @@ void WeightSyncer::open_shared_buffers(std::vector<Target>& targets) {
       buffers.handles.push_back(cuda_buffers_.back().handle());
       shared_.push_back(cuda_buffers_.back().as_tensor());
     } else {
-      shared_segments_.push_back(weight_sync::SharedMemorySegment::create(buffers.nbytes));
+      shared_segments_.push_back(SharedMemorySegment::create(buffers.nbytes));
       buffers.handles.push_back(shared_segments_.back().name());
       shared_.push_back(shared_segments_.back().as_tensor());
     }
@@ -284,8 +284,7 @@ void WeightSyncer::open_shared_buffers(std::vector<Target>& targets) {
   call_targets(targets, "mapping the shared weight buffers",
                &serving::RolloutEngine::open_shared_weight_buffers, buffers);
   for (const Target& t : targets) engine_mapped_[t.index] = t.ok();
-  for (weight_sync::SharedMemorySegment& segment : shared_segments_)
-    segment.unlink();  // the mappings stay
+  for (SharedMemorySegment& segment : shared_segments_) segment.unlink();  // the mappings stay
 }
 
 void WeightSyncer::pack(size_t k, at::Tensor& buffer, WeightSyncReport& report) {
@@ -524,10 +523,14 @@ void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncRep
   for (Target& t : targets) {
     receiving.push_back(t.engine->call(&serving::RolloutEngine::receive_weight_buckets, plan));
   }
-  const at::TensorOptions byte_options =
-      at::TensorOptions(at::kByte).device(model_.unit(0).master_shard().device());
+  // On the CPU in segments, which the engines on this host read at memory speed
+  // (comm/same_host_collectives.h).
+  const c10::Device device = model_.unit(0).master_shard().device();
   for (at::Tensor& buffer : broadcast_buffers_) {
-    if (!buffer.defined()) buffer = at::empty({largest_bucket_bytes()}, byte_options);
+    if (buffer.defined()) continue;
+    buffer = device.is_cpu()
+                 ? empty_in_unnamed_segment(largest_bucket_bytes())
+                 : at::empty({largest_bucket_bytes()}, at::TensorOptions(at::kByte).device(device));
   }
   comm::WorkPtr sending;
   std::string broadcast_failure;

@@ -57,7 +57,7 @@
 #include "trainer/trainer_buckets.h"
 #include "trainer/weight_sync_options.h"
 #include "weight_sync/cuda_ipc_buffer.h"
-#include "weight_sync/shared_memory_segment.h"
+#include "core/shared_memory_segment.h"
 
 namespace ooze::comm {
 class Communicator;
@@ -184,7 +184,7 @@ class WeightSyncer {
 
   // Colocated: the two shared buffers (segments on the CPU, CUDA IPC memory on a GPU), and
   // which engines mapped them.
-  std::vector<weight_sync::SharedMemorySegment> shared_segments_;
+  std::vector<SharedMemorySegment> shared_segments_;
   std::vector<weight_sync::CudaIpcBuffer> cuda_buffers_;
   std::vector<at::Tensor> shared_;
   std::vector<bool> engine_mapped_;

@@ -118,7 +118,11 @@ at::Tensor WeightReceiver::broadcast_buffer(int which, int64_t nbytes) {
   at::Tensor& buffer = broadcast_buffers_[which];
   if (!buffer.defined() || buffer.numel() < nbytes) {
     buffer = at::Tensor();  // the old one goes first
-    buffer = at::empty({nbytes}, at::TensorOptions(at::kByte).device(sink_.weight_device()));
+    // On the CPU in a segment, which a trainer on this host fills at memory speed
+    // (comm/same_host_collectives.h).
+    const c10::Device device = sink_.weight_device();
+    buffer = device.is_cpu() ? empty_in_unnamed_segment(nbytes)
+                             : at::empty({nbytes}, at::TensorOptions(at::kByte).device(device));
   }
   return buffer.narrow(0, 0, nbytes);
 }

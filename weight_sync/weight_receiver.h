@@ -35,7 +35,7 @@
 #include "weight_sync/bucket.h"
 #include "weight_sync/cuda_ipc_buffer.h"
 #include "weight_sync/protocol.h"
-#include "weight_sync/shared_memory_segment.h"
+#include "core/shared_memory_segment.h"
 #include "weight_sync/weight_sink.h"
 
 namespace ooze::weight_sync {

@@ -8,13 +8,17 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/comm_error.h"
+#include "core/shared_memory_segment.h"
 #include "tests/support/rank_group.h"
 
 namespace ooze {
@@ -320,6 +324,126 @@ TEST_P(GlooReduceScatterShape, ATwoDimensionalOutputGetsItsRanksReducedShare) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GlooReduceScatterShape, ::testing::Values(1, 2));
+
+// --- tensors in unnamed shared memory segments: peers map them and copy as from their own ---
+
+// A tensor inside an unnamed segment, a page and a line past the segment's start, so that a
+// reader that confused the two would read the wrong bytes.
+at::Tensor in_segment(int64_t numel, at::ScalarType dtype) {
+  constexpr int64_t kOffset = 4096 + 64;
+  const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+  return empty_in_unnamed_segment(kOffset + bytes).narrow(0, kOffset, bytes).view(dtype);
+}
+
+// The inodes of the shared memory files this process maps (the fifth field of /proc/self/maps).
+std::set<uint64_t> mapped_shared_memory_inodes() {
+  std::ifstream maps("/proc/self/maps");
+  std::set<uint64_t> inodes;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("memfd:") == std::string::npos) continue;
+    std::istringstream fields(line);
+    std::string range, mode, offset, device;
+    uint64_t inode = 0;
+    fields >> range >> mode >> offset >> device >> inode;
+    inodes.insert(inode);
+  }
+  return inodes;
+}
+
+// Whether each rank puts its tensors in segments: all of them, or every other one, so that one
+// operation mixes peers read through a mapping with peers read through the kernel.
+enum class SegmentRanks { kAll, kEven };
+
+class GlooSegmentTensors : public ::testing::TestWithParam<std::tuple<int, SegmentRanks>> {};
+
+// Every collective of the same-host path on tensors in segments, against values each rank
+// computes itself; then the mapping itself: a reader maps the root's segment, and drops it once
+// the root has let it go and broadcasts from a new one.
+TEST_P(GlooSegmentTensors, PeersReadThemThroughMappingsAndGetTheRightValues) {
+  const auto [world, segment_ranks] = GetParam();
+  auto results = run_forked_group(
+      world, milliseconds(30000), milliseconds(120000),
+      [segment_ranks = segment_ranks](comm::Communicator& group, const Check& check) {
+        const int W = group.size(), R = group.rank();
+        const bool mine_in_segment = segment_ranks == SegmentRanks::kAll || R % 2 == 0;
+        auto make = [&](int64_t numel, at::ScalarType dtype) {
+          return mine_in_segment ? in_segment(numel, dtype) : at::empty({numel}, dtype);
+        };
+        // Integers in floats: every sum over the ranks is exact.
+        auto values = [](int rank, int64_t n) {
+          return (at::arange(n, at::kFloat) * 7 + rank * 3).remainder(101);
+        };
+        const int64_t n = (1 << 20) + 5;  // 4 MiB and a bit: over the same-host threshold
+
+        for (int root = 0; root < W; ++root) {
+          at::Tensor t = make(3 * n, at::kByte);
+          t.copy_(broadcast_pattern(t.numel(), R == root ? root : 100 + R));
+          group.broadcast(t, root);
+          check(t.equal(broadcast_pattern(t.numel(), root)),
+                "broadcast from root " + std::to_string(root) + " differs from its bytes");
+        }
+
+        at::Tensor input = make(n, at::kFloat);
+        input.copy_(values(R, n));
+        at::Tensor gathered = make(W * n, at::kFloat);
+        group.all_gather(gathered, input);
+        at::Tensor in_place = make(W * n, at::kFloat);
+        in_place.narrow(0, R * n, n).copy_(values(R, n));
+        group.all_gather(in_place, in_place.narrow(0, R * n, n));
+        for (int r = 0; r < W; ++r) {
+          check(gathered.narrow(0, r * n, n).equal(values(r, n)),
+                "all_gather: rank " + std::to_string(r) + "'s slot differs");
+          check(in_place.narrow(0, r * n, n).equal(values(r, n)),
+                "all_gather in place: rank " + std::to_string(r) + "'s slot differs");
+        }
+
+        at::Tensor full = make(W * n, at::kFloat);
+        full.copy_(values(R, W * n));
+        at::Tensor sum = values(0, W * n);
+        for (int r = 1; r < W; ++r) sum += values(r, W * n);
+        at::Tensor share = make(n, at::kFloat);
+        group.reduce_scatter(share, full, comm::ReduceOp::SUM);
+        check(share.equal(sum.narrow(0, R * n, n)), "reduce_scatter: the share differs");
+        group.all_reduce(full, comm::ReduceOp::SUM);
+        check(full.equal(sum), "all_reduce: the sum differs");
+
+        if (segment_ranks != SegmentRanks::kAll) return;
+        // The root's segment is mapped here; once the root lets it go and broadcasts from a new
+        // one, the old mapping is dropped and the new bytes arrive.
+        uint64_t previous = 0;
+        for (int round = 0; round < 2; ++round) {
+          at::Tensor source = in_segment(n, at::kFloat).fill_(R == 0 ? round + 1 : -1);
+          const auto place = find_unnamed_segment(source.data_ptr(), source.nbytes());
+          check(place.has_value(), "a tensor in a segment is not found in it");
+          if (!place) return;
+          at::Tensor inode = at::full({1}, static_cast<int64_t>(place->inode), at::kLong);
+          group.broadcast(inode, 0);
+          group.broadcast(source, 0);
+          check(source.eq(round + 1).all().item<bool>(),
+                "round " + std::to_string(round) + ": the root's new bytes did not arrive");
+          if (R != 0) {
+            const std::set<uint64_t> mapped = mapped_shared_memory_inodes();
+            check(mapped.count(static_cast<uint64_t>(inode.item<int64_t>())) == 1,
+                  "round " + std::to_string(round) + ": the root's segment is not mapped here");
+            check(round == 0 || mapped.count(previous) == 0,
+                  "the root's previous segment, let go, is still mapped here");
+            previous = static_cast<uint64_t>(inode.item<int64_t>());
+          }
+          group.barrier();  // the root lets its segment go only after every reader is done
+        }
+      });
+  expect_all_passed(results);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GlooSegmentTensors,
+                         ::testing::Combine(::testing::Values(2, 3),
+                                            ::testing::Values(SegmentRanks::kAll,
+                                                              SegmentRanks::kEven)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, SegmentRanks>>& info) {
+                           return "W" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) == SegmentRanks::kAll ? "AllRanks"
+                                                                                 : "EvenRanks");
+                         });
 
 }  // namespace gloo_communicator_test
 }  // namespace ooze

@@ -1,4 +1,4 @@
-#include "weight_sync/shared_memory_segment.h"
+#include "core/shared_memory_segment.h"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -23,7 +23,7 @@
 
 #include "tests/support/expect_error.h"
 
-namespace ooze::weight_sync {
+namespace ooze {
 namespace shared_memory_segment_test {
 
 using ooze::testing::error_message_of;
@@ -510,4 +510,4 @@ TEST(CleanupStaleSegments, AChildThatExitsNormallyLeavesNothingToCleanUp) {
 }
 
 }  // namespace shared_memory_segment_test
-}  // namespace ooze::weight_sync
+}  // namespace ooze

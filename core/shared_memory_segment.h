@@ -34,11 +34,13 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
-namespace ooze::weight_sync {
+namespace ooze {
 
 // The prefix of weight sync segment names: "/ooze-ws-<pid>-<counter>-<random>".
 inline constexpr char kSegmentPrefix[] = "ooze-ws";
@@ -75,6 +77,9 @@ class SharedMemorySegment {
   const std::string& name() const { return name_; }
   int64_t size() const { return size_; }
   void* data() const;  // nullptr when the size is 0
+  // The inode of the segment's file: two names or descriptors reach the same segment when their
+  // inodes agree. 0 for a segment of size 0.
+  uint64_t inode() const { return inode_; }
   bool is_creator() const { return creator_; }
   bool is_unlinked() const { return unlinked_; }
 
@@ -90,14 +95,33 @@ class SharedMemorySegment {
  private:
   struct Mapping;
   static SharedMemorySegment open_mapped(const std::string& name, int64_t nbytes, bool writable);
+  void release();  // what the destructor does: unlink (creator), close the descriptor
 
   std::string name_;
   int64_t size_ = 0;
   std::shared_ptr<Mapping> mapping_;  // null when the size is 0
   bool creator_ = false;
   bool unlinked_ = false;
+  uint64_t inode_ = 0;
   int descriptor_ = -1;  // an unnamed segment's creator keeps its memfd open for others to open
 };
+
+// Where a range of this process's memory lies in an unnamed segment it created and still holds:
+// a peer process on this host reaches those bytes by opening "/proc/<pid>/fd/<descriptor>" (the
+// inode must match) and mapping it, then copies them as fast as its own memory. Collectives on
+// one host read their peers' tensors that way (comm/same_host_collectives.h).
+struct UnnamedSegmentPlace {
+  int descriptor;
+  uint64_t inode;
+  uint64_t offset;  // of the range's first byte from the segment's
+  int64_t size;     // of the whole segment
+};
+// nullopt unless [address, address + bytes) lies wholly inside one such segment.
+std::optional<UnnamedSegmentPlace> find_unnamed_segment(const void* address, size_t bytes);
+
+// A 1-D uint8 CPU tensor of `nbytes` in a new unnamed segment, which lives as long as the tensor
+// and its views: a buffer that collectives on this host read at memory speed.
+at::Tensor empty_in_unnamed_segment(int64_t nbytes);
 
 // Unlinks every /dev/shm entry "<name_prefix>-<pid>-..." whose process <pid> no longer runs (or
 // is a zombie) and returns how many it removed. Segments of running processes, including this
@@ -106,4 +130,4 @@ class SharedMemorySegment {
 // one pid namespace, so processes sharing /dev/shm must share a pid namespace.
 int64_t cleanup_stale_segments(const std::string& name_prefix = kSegmentPrefix);
 
-}  // namespace ooze::weight_sync
+}  // namespace ooze

@@ -1,4 +1,4 @@
-#include "weight_sync/shared_memory_segment.h"
+#include "core/shared_memory_segment.h"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -16,6 +16,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,7 +25,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 
-namespace ooze::weight_sync {
+namespace ooze {
 
 struct SharedMemorySegment::Mapping {
   void* address = nullptr;
@@ -40,6 +42,17 @@ constexpr size_t kMaxPrefixLength = 200;  // leaves room for pid, counter and ra
 constexpr int kCreateAttempts = 8;
 
 std::atomic<uint64_t> next_segment{0};
+
+// The unnamed segments this process holds, by their mapping's first byte: what
+// find_unnamed_segment() looks up.
+struct UnnamedSegments {
+  std::mutex mutex;
+  std::map<uintptr_t, UnnamedSegmentPlace> by_address;
+};
+UnnamedSegments& unnamed_segments() {
+  static UnnamedSegments* segments = new UnnamedSegments;  // never destroyed: used at exit
+  return *segments;
+}
 
 std::string describe(const std::string& name, int64_t nbytes) {
   return "shared memory segment " + name + " (" + std::to_string(nbytes) + " bytes)";
@@ -68,6 +81,12 @@ void check_prefix(const std::string& prefix) {
 
 void check_size(const std::string& name, int64_t nbytes) {
   if (nbytes < 0) fail(name, nbytes, "use", 0, "a segment holds zero or more bytes");
+}
+
+uint64_t inode_of(int fd, const std::string& name, int64_t nbytes) {
+  struct stat info {};
+  if (fstat(fd, &info) != 0) fail(name, nbytes, "inspect", errno);
+  return static_cast<uint64_t>(info.st_ino);
 }
 
 std::string random_hex() {
@@ -145,6 +164,7 @@ SharedMemorySegment SharedMemorySegment::create(int64_t nbytes, const std::strin
   segment.size_ = nbytes;
   segment.creator_ = true;
   if (ftruncate(fd, static_cast<off_t>(nbytes)) != 0) fail(name, nbytes, "size", errno);
+  segment.inode_ = inode_of(fd, name, nbytes);
   if (nbytes == 0) return segment;  // mmap refuses 0 bytes; there is nothing to map
   if (int error = reserve(fd, nbytes)) {
     fail(name, nbytes, "reserve memory for", error,
@@ -169,6 +189,7 @@ SharedMemorySegment SharedMemorySegment::create_unnamed(int64_t nbytes) {
   segment.creator_ = true;
   segment.unlinked_ = true;  // there is no name to unlink
   if (ftruncate(fd, static_cast<off_t>(nbytes)) != 0) fail(segment.name_, nbytes, "size", errno);
+  segment.inode_ = inode_of(fd, segment.name_, nbytes);
   if (nbytes == 0) return segment;
   if (int error = reserve(fd, nbytes)) {
     fail(segment.name_, nbytes, "reserve memory for", error, "the machine is out of memory");
@@ -177,6 +198,10 @@ SharedMemorySegment SharedMemorySegment::create_unnamed(int64_t nbytes) {
                        MAP_SHARED | MAP_POPULATE, fd, 0);
   if (address == MAP_FAILED) fail(segment.name_, nbytes, "map", errno);
   segment.mapping_ = std::make_shared<Mapping>(address, static_cast<size_t>(nbytes));
+  UnnamedSegments& segments = unnamed_segments();
+  std::lock_guard<std::mutex> lock(segments.mutex);
+  segments.by_address[reinterpret_cast<uintptr_t>(address)] =
+      UnnamedSegmentPlace{fd, segment.inode_, 0, nbytes};
   return segment;
 }
 
@@ -220,6 +245,7 @@ SharedMemorySegment SharedMemorySegment::open_mapped(const std::string& name, in
   SharedMemorySegment segment;
   segment.name_ = name;
   segment.size_ = nbytes;
+  segment.inode_ = static_cast<uint64_t>(info.st_ino);
   if (nbytes == 0) return segment;
   // A receiver's: private and writable, so in-place writes to received views stay in this
   // process (copy on write, page by page); not MAP_POPULATE, which on such a mapping would copy
@@ -232,9 +258,18 @@ SharedMemorySegment SharedMemorySegment::open_mapped(const std::string& name, in
   return segment;
 }
 
-SharedMemorySegment::~SharedMemorySegment() {
+SharedMemorySegment::~SharedMemorySegment() { release(); }
+
+void SharedMemorySegment::release() {
   if (creator_ && !unlinked_) shm_unlink(name_.c_str());
-  if (descriptor_ >= 0) close(descriptor_);
+  if (descriptor_ < 0) return;
+  // Peers can no longer open it: no longer found (views may still keep the mapping).
+  if (mapping_) {
+    UnnamedSegments& segments = unnamed_segments();
+    std::lock_guard<std::mutex> lock(segments.mutex);
+    segments.by_address.erase(reinterpret_cast<uintptr_t>(mapping_->address));
+  }
+  close(descriptor_);
 }
 
 SharedMemorySegment::SharedMemorySegment(SharedMemorySegment&& other) noexcept
@@ -243,6 +278,7 @@ SharedMemorySegment::SharedMemorySegment(SharedMemorySegment&& other) noexcept
       mapping_(std::move(other.mapping_)),
       creator_(other.creator_),
       unlinked_(other.unlinked_),
+      inode_(other.inode_),
       descriptor_(other.descriptor_) {
   other.name_.clear();
   other.size_ = 0;
@@ -253,13 +289,13 @@ SharedMemorySegment::SharedMemorySegment(SharedMemorySegment&& other) noexcept
 
 SharedMemorySegment& SharedMemorySegment::operator=(SharedMemorySegment&& other) noexcept {
   if (this != &other) {
-    if (creator_ && !unlinked_) shm_unlink(name_.c_str());
-    if (descriptor_ >= 0) close(descriptor_);
+    release();
     name_ = std::move(other.name_);
     size_ = other.size_;
     mapping_ = std::move(other.mapping_);
     creator_ = other.creator_;
     unlinked_ = other.unlinked_;
+    inode_ = other.inode_;
     descriptor_ = other.descriptor_;
     other.name_.clear();
     other.size_ = 0;
@@ -286,6 +322,27 @@ void SharedMemorySegment::unlink() {
   unlinked_ = true;
 }
 
+std::optional<UnnamedSegmentPlace> find_unnamed_segment(const void* address, size_t bytes) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(address);
+  UnnamedSegments& segments = unnamed_segments();
+  std::lock_guard<std::mutex> lock(segments.mutex);
+  auto after = segments.by_address.upper_bound(first);
+  if (after == segments.by_address.begin()) return std::nullopt;
+  const auto& [base, place] = *std::prev(after);
+  if (first - base + bytes > static_cast<uint64_t>(place.size)) return std::nullopt;
+  UnnamedSegmentPlace found = place;
+  found.offset = first - base;
+  return found;
+}
+
+at::Tensor empty_in_unnamed_segment(int64_t nbytes) {
+  auto segment = std::make_shared<SharedMemorySegment>(SharedMemorySegment::create_unnamed(nbytes));
+  auto options = at::TensorOptions().dtype(at::kByte).device(at::kCPU);
+  if (nbytes == 0) return at::empty({0}, options);
+  return at::from_blob(
+      segment->data(), {nbytes}, [segment](void*) {}, options);
+}
+
 int64_t cleanup_stale_segments(const std::string& name_prefix) {
   check_prefix(name_prefix);
   const std::string head = name_prefix + "-";
@@ -310,4 +367,4 @@ int64_t cleanup_stale_segments(const std::string& name_prefix) {
   return removed;
 }
 
-}  // namespace ooze::weight_sync
+}  // namespace ooze
