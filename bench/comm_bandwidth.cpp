@@ -108,7 +108,7 @@ int run_rank(int rank, int world, int port, const Path& path_taken) {
   const char* path = path_taken.name;
   auto ones = [&](int64_t numel) {
     if (!path_taken.in_segments) return at::ones({numel});
-    return ooze::empty_in_unnamed_segment(numel * 4).view(at::kFloat).fill_(1);
+    return ooze::empty_for_same_host_peers(numel * 4).view(at::kFloat).fill_(1);
   };
 
   const bool all_ops = world == kPairWorld;

@@ -6,8 +6,8 @@
 // A tensor that lies in an unnamed shared memory segment (core/shared_memory_segment.h) is read
 // faster still: its peers map the segment once and copy from it as from their own memory, where
 // the kernel's cross-process copy runs at 0.4-0.5 of memcpy on this machine. Callers that
-// communicate the same large buffer again and again (weight sync's gather buffer, a bucket
-// broadcast to engines) allocate it there.
+// communicate the same large buffer again and again (FSDP's kept gather buffer, weight sync's
+// broadcast buffers) allocate it there.
 //
 // Each operation runs in three steps on the group's operation thread:
 //   1. exchange   every rank publishes the address and size of its tensor, and where it lies in
@@ -81,7 +81,7 @@ class SameHostCollectives {
   std::unique_ptr<PeerMemory> peers_;
   std::vector<char> staging_;       // one reduction block per rank, kept between calls
   std::vector<const char*> parts_;  // each rank's block of the reduction at hand
-  int cores_;                       // this host's
+  int cores_;                       // online on this host
 };
 
 }  // namespace ooze::comm

@@ -335,10 +335,21 @@ std::optional<UnnamedSegmentPlace> find_unnamed_segment(const void* address, siz
   return found;
 }
 
-at::Tensor empty_in_unnamed_segment(int64_t nbytes) {
-  auto segment = std::make_shared<SharedMemorySegment>(SharedMemorySegment::create_unnamed(nbytes));
+at::Tensor empty_for_same_host_peers(int64_t nbytes) {
   auto options = at::TensorOptions().dtype(at::kByte).device(at::kCPU);
   if (nbytes == 0) return at::empty({0}, options);
+  std::shared_ptr<SharedMemorySegment> segment;
+  try {
+    segment = std::make_shared<SharedMemorySegment>(SharedMemorySegment::create_unnamed(nbytes));
+  } catch (const IoError& e) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      OOZE_LOG(WARN) << "peers on this host will read buffers of this process through the "
+                        "kernel, more slowly: "
+                     << e.what();
+    }
+    return at::empty({nbytes}, options);
+  }
   return at::from_blob(
       segment->data(), {nbytes}, [segment](void*) {}, options);
 }

@@ -355,10 +355,10 @@ torch::Tensor FullyShardedModule::gather_full_master(size_t unit, at::ScalarType
   torch::Tensor& storage = buffer != nullptr ? *buffer : fresh;
   if (!storage.defined() || storage.numel() < bytes) {
     storage = torch::Tensor();  // the old one goes before the larger one is allocated
-    // Peers on this host read a gather's buffer at memory speed when it lies in a segment
-    // (comm/same_host_collectives.h).
-    storage = shard.is_cpu() && world_size() > 1
-                  ? empty_in_unnamed_segment(bytes)
+    // Peers on this host read a kept buffer at memory speed when it lies in a segment, which
+    // they map once (comm/same_host_collectives.h).
+    storage = buffer != nullptr && shard.is_cpu() && world_size() > 1
+                  ? empty_for_same_host_peers(bytes)
                   : torch::empty({bytes}, shard.options().dtype(torch::kUInt8));
   }
   torch::Tensor full = storage.narrow(0, 0, bytes).view(dtype);

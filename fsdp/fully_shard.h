@@ -154,7 +154,9 @@ class FullyShardedModule {
   // when W > 1: every rank asks for the same units in the same order. W = 1 in the master's
   // dtype: the shard itself. `buffer`, when given, holds the result: it is grown when too small
   // and reused by the next call, since a fresh allocation for each unit page-faults every
-  // gathered byte again (a later sync of the 0.6B model at W = 2: 2.64 against 1.56 s).
+  // gathered byte again (a later sync of the 0.6B model at W = 2: 2.64 against 1.56 s). On the
+  // CPU at W > 1 it is allocated in a shared memory segment, which the peers on this host map
+  // once and read at memory speed.
   torch::Tensor gather_full_master(size_t unit, at::ScalarType dtype = at::kFloat,
                                    torch::Tensor* buffer = nullptr);
   // Forgets the accumulated gradients of every unit.

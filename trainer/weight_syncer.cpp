@@ -529,7 +529,7 @@ void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncRep
   for (at::Tensor& buffer : broadcast_buffers_) {
     if (buffer.defined()) continue;
     buffer = device.is_cpu()
-                 ? empty_in_unnamed_segment(largest_bucket_bytes())
+                 ? empty_for_same_host_peers(largest_bucket_bytes())
                  : at::empty({largest_bucket_bytes()}, at::TensorOptions(at::kByte).device(device));
   }
   comm::WorkPtr sending;

@@ -332,7 +332,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GlooReduceScatterShape, ::testing::Values(1, 2))
 at::Tensor in_segment(int64_t numel, at::ScalarType dtype) {
   constexpr int64_t kOffset = 4096 + 64;
   const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
-  return empty_in_unnamed_segment(kOffset + bytes).narrow(0, kOffset, bytes).view(dtype);
+  return empty_for_same_host_peers(kOffset + bytes).narrow(0, kOffset, bytes).view(dtype);
 }
 
 // The inodes of the shared memory files this process maps (the fifth field of /proc/self/maps).

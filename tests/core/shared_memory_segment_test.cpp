@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "tests/support/expect_error.h"
+#include "tests/support/file_size_limit.h"
 
 namespace ooze {
 namespace shared_memory_segment_test {
@@ -231,6 +233,70 @@ TEST(SharedMemorySegment, AnUnnamedSegmentIsWrittenByAnotherProcessAndLeavesWith
   EXPECT_CONTAINS(message, "its creator has exited");
   EXPECT_TRUE(view.equal(pattern_tensor(kBytes)));  // this mapping outlives the creator
   EXPECT_EQ(dev_shm_entries_starting_with(childs_names), 0);
+}
+
+// What collectives on one host look up (comm/same_host_collectives.h): where a range lies in an
+// unnamed segment this process holds. Nothing for a range running past its end, for ordinary
+// memory or a named segment, or once the segment is let go (then its descriptor is closed too).
+TEST(FindUnnamedSegment, FindsARangeInsideAnUnnamedSegmentThisProcessHolds) {
+  constexpr int64_t kBytes = 3 * 4096 + 100;
+  at::Tensor buffer = empty_for_same_host_peers(kBytes);
+  const auto whole = find_unnamed_segment(buffer.data_ptr(), kBytes);
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->offset, 0u);
+  EXPECT_EQ(whole->size, kBytes);
+  // The descriptor reaches the segment's file, as a peer opening it through /proc does.
+  const std::string path = "/proc/self/fd/" + std::to_string(whole->descriptor);
+  struct stat info {};
+  ASSERT_EQ(stat(path.c_str(), &info), 0) << path;
+  EXPECT_EQ(static_cast<uint64_t>(info.st_ino), whole->inode);
+
+  at::Tensor view = buffer.narrow(0, 4096 + 7, 500);
+  const auto inside = find_unnamed_segment(view.data_ptr(), 500);
+  ASSERT_TRUE(inside.has_value());
+  EXPECT_EQ(inside->offset, 4096u + 7);
+  EXPECT_EQ(inside->inode, whole->inode);
+  EXPECT_TRUE(find_unnamed_segment(view.data_ptr(), kBytes - 4096 - 7).has_value());
+  EXPECT_FALSE(find_unnamed_segment(view.data_ptr(), kBytes - 4096 - 7 + 1).has_value());
+
+  at::Tensor ordinary = at::empty({kBytes}, at::kByte);
+  EXPECT_FALSE(find_unnamed_segment(ordinary.data_ptr(), 1).has_value());
+  SharedMemorySegment named = SharedMemorySegment::create(kBytes);
+  EXPECT_FALSE(find_unnamed_segment(named.data(), 1).has_value());
+
+  // A segment object gone while a view of it lives: its memory stays, peers can no longer open it.
+  SharedMemorySegment segment = SharedMemorySegment::create_unnamed(kBytes);
+  at::Tensor outliving = segment.as_tensor();
+  EXPECT_TRUE(find_unnamed_segment(outliving.data_ptr(), 1).has_value());
+  { SharedMemorySegment moved = std::move(segment); }
+  EXPECT_FALSE(find_unnamed_segment(outliving.data_ptr(), 1).has_value());
+
+  // The tensor owns its segment: let go with its last view.
+  void* address = buffer.data_ptr();
+  buffer = at::Tensor();
+  view = at::Tensor();
+  EXPECT_FALSE(find_unnamed_segment(address, 1).has_value());
+  struct stat after {};
+  EXPECT_TRUE(stat(path.c_str(), &after) != 0 || after.st_ino != whole->inode);
+}
+
+// A segment is a file, so a file-size limit (`ulimit -f`, as the checkpoint tests use for a full
+// disk) refuses one. A buffer for same-host peers then lies in ordinary memory: the run goes on,
+// only its peers read it through the kernel.
+TEST(FindUnnamedSegment, ABufferForPeersWhereNoSegmentCanBeMadeLiesInOrdinaryMemory) {
+  constexpr int64_t kBytes = 1 << 20;
+  at::Tensor buffer;
+  {
+    ::ooze::testing::FileSizeLimit limit(64 << 10);
+    EXPECT_CONTAINS(error_message_of<IoError>([&] { SharedMemorySegment::create_unnamed(kBytes); }),
+                    "File too large");
+    buffer = empty_for_same_host_peers(kBytes);
+  }
+  ASSERT_EQ(buffer.numel(), kBytes);
+  EXPECT_FALSE(find_unnamed_segment(buffer.data_ptr(), kBytes).has_value());
+  buffer.fill_(7);
+  EXPECT_EQ(buffer.sum().item<int64_t>(), 7 * kBytes);
+  EXPECT_TRUE(find_unnamed_segment(empty_for_same_host_peers(kBytes).data_ptr(), 1).has_value());
 }
 
 TEST(SharedMemorySegment, NamesCarryPidCounterAndRandomAndAreUnique) {
