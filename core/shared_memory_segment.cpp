@@ -180,7 +180,7 @@ SharedMemorySegment SharedMemorySegment::create(int64_t nbytes, const std::strin
 
 SharedMemorySegment SharedMemorySegment::create_unnamed(int64_t nbytes) {
   check_size("an unnamed segment", nbytes);
-  const int fd = memfd_create("ooze-shared-parameters", MFD_CLOEXEC);
+  const int fd = memfd_create("ooze-segment", MFD_CLOEXEC);
   if (fd < 0) fail("an unnamed segment", nbytes, "create", errno);
   SharedMemorySegment segment;  // from here on, a throw closes the descriptor
   segment.descriptor_ = fd;
