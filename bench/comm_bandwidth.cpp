@@ -100,14 +100,13 @@ const std::vector<Path> kPaths = {{"same_host", SameHostPath::kWhenPossible, fal
                                   {"same_host_segment", SameHostPath::kWhenPossible, true},
                                   {"gloo", SameHostPath::kOff, false}};
 
-int run_rank(int rank, int world, int port, const Path& path_taken) {
+int run_rank(int rank, int world, int port, const Path& path) {
   at::set_num_threads(1);
   auto store = std::make_shared<TcpStore>("127.0.0.1", port, rank, false, std::chrono::seconds(60));
   auto comm = make_gloo_communicator(store, rank, world, "bench", std::chrono::seconds(120),
-                                     "127.0.0.1", path_taken.same_host_path);
-  const char* path = path_taken.name;
+                                     "127.0.0.1", path.same_host_path);
   auto ones = [&](int64_t numel) {
-    if (!path_taken.in_segments) return at::ones({numel});
+    if (!path.in_segments) return at::ones({numel});
     return ooze::empty_for_same_host_peers(numel * 4).view(at::kFloat).fill_(1);
   };
 
@@ -125,13 +124,13 @@ int run_rank(int rank, int world, int port, const Path& path_taken) {
       double scatter = time_op(*comm, reps, [&] { comm->reduce_scatter(part, full); });
       double reduce = time_op(*comm, reps, [&] { comm->all_reduce(full); });
       if (rank == 0) {
-        print_line(path, "all_gather", world, mib, gather, baseline);
-        print_line(path, "reduce_scatter", world, mib, scatter, baseline);
-        print_line(path, "all_reduce", world, mib, reduce, baseline);
+        print_line(path.name, "all_gather", world, mib, gather, baseline);
+        print_line(path.name, "reduce_scatter", world, mib, scatter, baseline);
+        print_line(path.name, "all_reduce", world, mib, reduce, baseline);
       }
     }
     double bcast = time_op(*comm, reps, [&] { comm->broadcast(full, 0); });
-    if (rank == 0) print_line(path, "broadcast", world, mib, bcast, baseline);
+    if (rank == 0) print_line(path.name, "broadcast", world, mib, bcast, baseline);
   }
   comm->barrier();
   return 0;

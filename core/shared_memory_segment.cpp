@@ -335,9 +335,9 @@ std::optional<UnnamedSegmentPlace> find_unnamed_segment(const void* address, siz
   return found;
 }
 
-at::Tensor empty_for_same_host_peers(int64_t nbytes) {
-  auto options = at::TensorOptions().dtype(at::kByte).device(at::kCPU);
-  if (nbytes == 0) return at::empty({0}, options);
+at::Tensor empty_for_same_host_peers(int64_t nbytes, c10::Device device) {
+  auto options = at::TensorOptions().dtype(at::kByte).device(device);
+  if (nbytes == 0 || !device.is_cpu()) return at::empty({nbytes}, options);
   std::shared_ptr<SharedMemorySegment> segment;
   try {
     segment = std::make_shared<SharedMemorySegment>(SharedMemorySegment::create_unnamed(nbytes));

@@ -119,11 +119,12 @@ struct UnnamedSegmentPlace {
 // nullopt unless [address, address + bytes) lies wholly inside one such segment.
 std::optional<UnnamedSegmentPlace> find_unnamed_segment(const void* address, size_t bytes);
 
-// A 1-D uint8 CPU tensor of `nbytes` that collectives on this host read at memory speed: in a new
-// unnamed segment, which lives as long as the tensor and its views. Where no segment can be made
-// (a file-size limit, `ulimit -f`, applies to segments too), in ordinary memory, after a warning:
-// the peers then read it through the kernel, slower, and nothing else changes.
-at::Tensor empty_for_same_host_peers(int64_t nbytes);
+// A 1-D uint8 tensor of `nbytes` on `device` that collectives on this host read at memory speed.
+// On the CPU it lies in a new unnamed segment, which lives as long as the tensor and its views.
+// Where no segment can be made (a file-size limit, `ulimit -f`, applies to segments too), and on
+// other devices, it lies in ordinary memory (after a warning, on the CPU): peers then read it
+// through the kernel, slower, and nothing else changes.
+at::Tensor empty_for_same_host_peers(int64_t nbytes, c10::Device device = c10::kCPU);
 
 // Unlinks every /dev/shm entry "<name_prefix>-<pid>-..." whose process <pid> no longer runs (or
 // is a zombie) and returns how many it removed. Segments of running processes, including this

@@ -357,8 +357,8 @@ torch::Tensor FullyShardedModule::gather_full_master(size_t unit, at::ScalarType
     storage = torch::Tensor();  // the old one goes before the larger one is allocated
     // Peers on this host read a kept buffer at memory speed when it lies in a segment, which
     // they map once (comm/same_host_collectives.h).
-    storage = buffer != nullptr && shard.is_cpu() && world_size() > 1
-                  ? empty_for_same_host_peers(bytes)
+    storage = buffer != nullptr && world_size() > 1
+                  ? empty_for_same_host_peers(bytes, shard.device())
                   : torch::empty({bytes}, shard.options().dtype(torch::kUInt8));
   }
   torch::Tensor full = storage.narrow(0, 0, bytes).view(dtype);

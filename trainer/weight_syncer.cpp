@@ -527,10 +527,7 @@ void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncRep
   // (comm/same_host_collectives.h).
   const c10::Device device = model_.unit(0).master_shard().device();
   for (at::Tensor& buffer : broadcast_buffers_) {
-    if (buffer.defined()) continue;
-    buffer = device.is_cpu()
-                 ? empty_for_same_host_peers(largest_bucket_bytes())
-                 : at::empty({largest_bucket_bytes()}, at::TensorOptions(at::kByte).device(device));
+    if (!buffer.defined()) buffer = empty_for_same_host_peers(largest_bucket_bytes(), device);
   }
   comm::WorkPtr sending;
   std::string broadcast_failure;

@@ -120,9 +120,7 @@ at::Tensor WeightReceiver::broadcast_buffer(int which, int64_t nbytes) {
     buffer = at::Tensor();  // the old one goes first
     // On the CPU in a segment, which a trainer on this host fills at memory speed
     // (comm/same_host_collectives.h).
-    const c10::Device device = sink_.weight_device();
-    buffer = device.is_cpu() ? empty_for_same_host_peers(nbytes)
-                             : at::empty({nbytes}, at::TensorOptions(at::kByte).device(device));
+    buffer = empty_for_same_host_peers(nbytes, sink_.weight_device());
   }
   return buffer.narrow(0, 0, nbytes);
 }
