@@ -16,9 +16,9 @@
 //                          A one-rollout run has only its first sync, which also does the work
 //                          done once per run (colocated: the engine moves its parameters into
 //                          shared memory; disaggregated: the broadcast group forms). So:
-//        later_sync_gb_per_s  the same for the syncs after rollouts 2-4 of a short run (2 prompts
+//        later_sync_gb_per_s  the same for the syncs after rollouts 2-6 of a short run (2 prompts
 //                          x 1 sample x 8 tokens), the rate every later sync runs at: the median
-//                          of the three, with its split (later_sync_pack, _transfer, _control);
+//                          of the five, with its split (later_sync_pack, _transfer, _control);
 //                          also rl_step.colocated_bf16.: into an engine in bf16 (the trainer
 //                          keeps fp32 masters, so the sync converts as it writes)
 //      The disaggregated run saves its rollout (--save-debug-rollout-data) for step 2, and its
@@ -74,8 +74,10 @@ constexpr int kPrompts = 8;
 constexpr int kSamplesPerPrompt = 4;
 constexpr int kResponseTokens = 128;
 const std::string kBench = "scale";
-// Syncs after the first of a short run, of which the median is reported: one is noisy here.
-constexpr int kLaterSyncs = 3;
+// Syncs after the first of a short run, of which the median is reported: one is noisy here, and
+// with three a run's median still fell on a slow one now and then (the host's memory bandwidth
+// varies from second to second: 15 and 24 GB/s for the same bf16 sync in one run).
+constexpr int kLaterSyncs = 5;
 
 // Questions of a few dozen tokens, as a math RL dataset's.
 void write_prompts(const std::string& path) {
