@@ -252,6 +252,10 @@ void WeightSyncer::leave_group_of(size_t index) {
 }
 
 void WeightSyncer::walk_without_delivering(WeightSyncReport& report) {
+  if (agree_on_writing_into_root(false, report)) {
+    write_into_root(report);
+    return;
+  }
   const Clock::time_point start = Clock::now();
   for (size_t k = 0; k < buckets_->plan().size(); ++k) buckets_->pack(k, nullptr);
   report.pack_seconds += seconds_since(start);
@@ -430,6 +434,7 @@ bool WeightSyncer::deliver_in_place(std::vector<Target>& targets,
                &serving::RolloutEngine::shared_parameters_written);
   report.control_seconds += seconds_since(control);
   report.buckets = 0;
+  report.slices_written = true;
   return true;
 }
 
@@ -529,26 +534,19 @@ void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncRep
   for (at::Tensor& buffer : broadcast_buffers_) {
     if (!buffer.defined()) buffer = empty_for_same_host_peers(largest_bucket_bytes(), device);
   }
-  comm::WorkPtr sending;
   std::string broadcast_failure;
-  auto wait_sending = [&](size_t bucket) {
-    const Clock::time_point start = Clock::now();
-    try {
-      sending->wait();
-    } catch (const std::exception& e) {
-      broadcast_failure = "broadcasting bucket " + std::to_string(bucket) + " of " +
-                          std::to_string(plan.size()) + " failed: " + e.what();
+  if (agree_on_writing_into_root(true, report)) {
+    broadcast_failure = write_into_root(report);
+  } else {
+    comm::WorkPtr sending;
+    for (size_t k = 0; k < plan.size(); ++k) {
+      at::Tensor buffer = broadcast_buffers_[k % 2].narrow(0, 0, plan[k].nbytes);
+      pack(k, buffer, report);  // while bucket k-1 is on the wire
+      if (sending) await_broadcast(sending, k - 1, broadcast_failure, report);
+      if (broadcast_failure.empty()) sending = group_->broadcast_async(buffer, 0);
     }
-    sending.reset();
-    report.transfer_seconds += seconds_since(start);
-  };
-  for (size_t k = 0; k < plan.size(); ++k) {
-    at::Tensor buffer = broadcast_buffers_[k % 2].narrow(0, 0, plan[k].nbytes);
-    pack(k, buffer, report);  // while bucket k-1 is on the wire
-    if (sending) wait_sending(k - 1);
-    if (broadcast_failure.empty()) sending = group_->broadcast_async(buffer, 0);
+    if (sending) await_broadcast(sending, plan.size() - 1, broadcast_failure, report);
   }
-  if (sending) wait_sending(plan.size() - 1);
   // A failed broadcast (a member died) leaves the group out of step: the next sync forms a new
   // one. Closing this end now, before waiting for the engines, fails the receives they still
   // have pending from this rank at once; they would otherwise wait out --weight-sync-timeout.
@@ -564,6 +562,144 @@ void WeightSyncer::deliver_broadcast(std::vector<Target>& targets, WeightSyncRep
     broadcast_buffers_[0] = at::Tensor();
     broadcast_buffers_[1] = at::Tensor();
   }
+}
+
+void WeightSyncer::await_broadcast(comm::WorkPtr& sending, size_t bucket, std::string& failure,
+                                   WeightSyncReport& report) {
+  const Clock::time_point start = Clock::now();
+  try {
+    sending->wait();
+  } catch (const std::exception& e) {
+    failure = "broadcasting bucket " + std::to_string(bucket) + " of " +
+              std::to_string(buckets_->plan().size()) + " failed: " + e.what();
+  }
+  sending.reset();
+  report.transfer_seconds += seconds_since(start);
+}
+
+bool WeightSyncer::agree_on_writing_into_root(bool offer, WeightSyncReport& report) {
+  // What every rank knows alike: the placement, the world and where the shards lie.
+  const std::shared_ptr<comm::Communicator>& comm = model_.communicator();
+  if (placement_ != EnginePlacement::kDisaggregated || !comm || comm->size() == 1 ||
+      !model_.unit(0).master_shard().device().is_cpu()) {
+    return false;
+  }
+  const Clock::time_point start = Clock::now();
+  // Per buffer: rank 0's pid, then the descriptor, inode, offset and size of the segment it lies
+  // in (core/shared_memory_segment.h); all zero when rank 0 does not offer.
+  at::Tensor places = at::zeros({2, 5}, at::kLong);
+  if (rank_ == 0 && offer && buckets_ == &all_ && writable_in_place(all_.tensors())) {
+    for (int64_t i = 0; i < 2; ++i) {
+      const at::Tensor& buffer = broadcast_buffers_[i];
+      const std::optional<UnnamedSegmentPlace> place =
+          find_unnamed_segment(buffer.data_ptr(), static_cast<size_t>(buffer.nbytes()));
+      if (!place) {  // ordinary memory: no segment could be made
+        places.zero_();
+        break;
+      }
+      places[i] = at::tensor(
+          {static_cast<int64_t>(::getpid()), static_cast<int64_t>(place->descriptor),
+           static_cast<int64_t>(place->inode), static_cast<int64_t>(place->offset), place->size},
+          at::kLong);
+    }
+  }
+  comm->broadcast(places, 0);
+  if (places[0][0].item<int64_t>() == 0) {  // every rank sees the same
+    report.control_seconds += seconds_since(start);
+    return false;
+  }
+  at::Tensor cannot = at::zeros({1}, at::kFloat);
+  try {
+    map_root_buffers(places);
+  } catch (const std::exception& e) {
+    OOZE_LOG(WARN) << "weight sync: trainer rank " << rank_ << " cannot map rank 0's broadcast "
+                   << "buffers (" << e.what() << "); the units are gathered instead";
+    cannot.fill_(1.0f);
+  }
+  comm->all_reduce(cannot, comm::ReduceOp::MAX);
+  report.control_seconds += seconds_since(start);
+  return cannot.item<float>() == 0.0f;
+}
+
+void WeightSyncer::map_root_buffers(const at::Tensor& places) {
+  const int64_t bytes = largest_bucket_bytes();
+  if (rank_ == 0) {
+    for (int i = 0; i < 2; ++i) {
+      if (!root_buffers_[i].is_same(broadcast_buffers_[i])) bucket_writers_.clear();
+      root_buffers_[i] = broadcast_buffers_[i];
+    }
+    return;
+  }
+  if (root_segments_.size() != 2) root_segments_.resize(2);
+  for (int64_t i = 0; i < 2; ++i) {
+    const auto* place = places[i].data_ptr<int64_t>();
+    const std::string path =
+        "/proc/" + std::to_string(place[0]) + "/fd/" + std::to_string(place[1]);
+    SharedMemorySegment& segment = root_segments_[static_cast<size_t>(i)];
+    if (segment.name() == path && segment.inode() == static_cast<uint64_t>(place[2])) continue;
+    bucket_writers_.clear();  // they write into the old mapping
+    segment = SharedMemorySegment::open_writable(path, place[4]);
+    // The descriptor may have been closed and reused since rank 0 published it.
+    if (segment.inode() != static_cast<uint64_t>(place[2])) {
+      segment = SharedMemorySegment();
+      throw IoError(path + " is no longer rank 0's broadcast buffer");
+    }
+    root_buffers_[i] = segment.as_tensor().narrow(0, place[3], bytes);
+  }
+}
+
+std::string WeightSyncer::write_into_root(WeightSyncReport& report) {
+  const std::vector<weight_sync::BucketManifest>& plan = buckets_->plan();
+  const std::shared_ptr<comm::Communicator>& comm = model_.communicator();
+  const bool root = rank_ == 0;
+  if (bucket_writers_.size() != plan.size()) {
+    bucket_writers_.clear();
+    bucket_writers_.resize(plan.size());
+  }
+  std::string failure;
+  comm::WorkPtr sending;
+  for (size_t k = 0; k < plan.size(); ++k) {
+    at::Tensor buffer = root_buffers_[k % 2].narrow(0, 0, plan[k].nbytes);
+    Clock::time_point start = Clock::now();
+    // Rank 0 saw bucket k - 2 off before the barrier of bucket k - 1, so buffer k % 2 is free.
+    std::string write_failure;
+    try {
+      std::unique_ptr<ShardSliceWriter>& writer = bucket_writers_[k];
+      if (!writer) {
+        writer = std::make_unique<ShardSliceWriter>(model_, all_.tensors(), plan[k], buffer);
+      }
+      writer->write(nullptr);
+    } catch (const std::exception& e) {
+      write_failure = "writing trainer rank " + std::to_string(rank_) + "'s slices of bucket " +
+                      std::to_string(k) + " of " + std::to_string(plan.size()) +
+                      " failed: " + e.what();
+      if (!root) {
+        OOZE_LOG(WARN) << "weight sync: " << write_failure;
+      }
+    }
+    report.pack_seconds += seconds_since(start);
+    // Bucket k - 1 off before the barrier: the others write bucket k + 1 into its buffer next.
+    if (root && sending) await_broadcast(sending, k - 1, failure, report);
+    if (root && failure.empty()) failure = write_failure;
+    start = Clock::now();
+    // Bucket k is whole once every rank is past this; any rank's failure stops every rank here.
+    at::Tensor stop = at::full({1}, !write_failure.empty() || !failure.empty() ? 1.0f : 0.0f);
+    comm->all_reduce(stop, comm::ReduceOp::MAX);
+    report.control_seconds += seconds_since(start);
+    if (stop.item<float>() != 0.0f) {
+      if (root && failure.empty()) {
+        failure = "another trainer rank could not write its slices of bucket " + std::to_string(k) +
+                  " (see that rank's log)";
+      }
+      break;
+    }
+    if (!root) continue;
+    if (options_.check) add_checksums(plan[k], buffer, trainer_checksums_);
+    sending = group_->broadcast_async(buffer, 0);
+  }
+  if (sending) await_broadcast(sending, plan.size() - 1, failure, report);
+  report.slices_written = true;
+  return failure;
 }
 
 void WeightSyncer::check_checksums(std::vector<Target>& targets) {

@@ -17,7 +17,11 @@
 //   disaggregated  trainer rank 0 and the engines form one broadcast group (Gloo on the CPU,
 //                  NCCL on a GPU) through the head's key-value store; the buckets' manifests go
 //                  to the engines in one actor call, the bytes by broadcast, and bucket k+1 is
-//                  gathered and packed while bucket k is on the wire.
+//                  made while bucket k is on the wire. On the CPU, with every trainer rank on
+//                  rank 0's host, each rank writes its own shards' slices of the bucket straight
+//                  into rank 0's broadcast buffer, which it maps (trainer/shard_slice_writer.h):
+//                  one copy, no gather. Otherwise (a GPU, merged LoRA tensors, ranks on other
+//                  hosts) the units are gathered and the bucket packed on rank 0.
 //
 // One sync, on every served engine: begin_weight_sync(version) (the engine stops generating
 // between two steps; in-flight requests kept or aborted), the buckets, finish_weight_sync
@@ -32,7 +36,7 @@
 // restarted after a failure is brought up to date alone with sync_engine().
 //
 // Every trainer rank must call sync()/sync_engine() with the same arguments, in the same order:
-// the walk all-gathers each FSDP unit.
+// the walk is collective (it all-gathers each FSDP unit, or the ranks agree bucket by bucket).
 //
 // Partial syncs. When only some tensors change from step to step (LoRA: the adapted weights,
 // trainer/lora_weights.h), SyncedWeights::changed lists them, and every sync after an engine's
@@ -51,17 +55,16 @@
 #include <vector>
 
 #include "actors/runtime.h"
+#include "comm/communicator.h"
 #include "core/error.h"
+#include "core/shared_memory_segment.h"
 #include "serving/rollout_engine_actor.h"
+#include "trainer/shard_slice_writer.h"
 #include "trainer/shared_parameter_writer.h"
 #include "trainer/trainer_buckets.h"
 #include "trainer/weight_sync_options.h"
 #include "weight_sync/cuda_ipc_buffer.h"
-#include "core/shared_memory_segment.h"
 
-namespace ooze::comm {
-class Communicator;
-}
 namespace ooze::fsdp {
 class FullyShardedModule;
 }
@@ -91,9 +94,13 @@ struct WeightSyncReport {
   double pack_seconds = 0;      // gathering the units and packing the buckets
   double transfer_seconds = 0;  // waiting for hand-overs, broadcasts and loads beyond the packing
   double control_seconds = 0;   // begin, finish, group formation and checks
+  // Every rank wrote its own slices where they go (an engine's parameters, or rank 0's broadcast
+  // buffers), and no unit was gathered.
+  bool slices_written = false;
   template <class A>
   void serialize(A& ar) {
-    ar(version, buckets, bytes, engines, seconds, pack_seconds, transfer_seconds, control_seconds);
+    ar(version, buckets, bytes, engines, seconds, pack_seconds, transfer_seconds, control_seconds,
+       slices_written);
   }
 };
 
@@ -154,6 +161,16 @@ class WeightSyncer {
   // all_'s order, combined into each tensor's CRC-32 (a collective).
   void combine_slice_checksums(const std::vector<std::pair<uint32_t, int64_t>>& slices);
   void deliver_broadcast(std::vector<Target>& targets, WeightSyncReport& report);
+  // Disaggregated, every rank alike: whether each rank writes its slices into rank 0's broadcast
+  // buffers in this sync. Rank 0 offers them when it can (`offer`: it is delivering), the others
+  // map them; false on every rank when it did not offer or some rank cannot map them.
+  bool agree_on_writing_into_root(bool offer, WeightSyncReport& report);
+  void map_root_buffers(const at::Tensor& places);
+  // The walk of the buckets when every rank writes into rank 0's buffers; rank 0 broadcasts each
+  // bucket once all have written it. Returns rank 0's failure ("" when every bucket went).
+  std::string write_into_root(WeightSyncReport& report);
+  void await_broadcast(comm::WorkPtr& sending, size_t bucket, std::string& failure,
+                       WeightSyncReport& report);
   void walk_without_delivering(WeightSyncReport& report);
   // Calls `method` with `args` on every engine of `targets` that has not failed yet, then waits
   // for each answer; a failure sticks to its engine, named with `what`.
@@ -198,6 +215,11 @@ class WeightSyncer {
   std::shared_ptr<comm::Communicator> group_;
   std::vector<size_t> group_members_;
   at::Tensor broadcast_buffers_[2];
+  // Disaggregated on the CPU: where this rank writes bucket k (root_buffers_[k % 2]: rank 0's
+  // own buffers there, mappings of them elsewhere), the mappings, and one writer per bucket.
+  at::Tensor root_buffers_[2];
+  std::vector<SharedMemorySegment> root_segments_;
+  std::vector<std::unique_ptr<ShardSliceWriter>> bucket_writers_;
 };
 
 }  // namespace ooze::trainer

@@ -149,6 +149,10 @@ TEST_P(TrainActorWeightSyncCaseTest, TwoRanksTrainAndEveryEngineServesExactlyThe
     EXPECT_EQ(reports[0].engines, c.colocate ? 1 : 2);
     EXPECT_EQ(reports[1].engines, c.colocate ? 1 : 0);
     EXPECT_EQ(reports[0].buckets, reports[1].buckets);
+    // On the CPU each rank writes its own shards' slices, into the engines' parameters or into
+    // rank 0's broadcast buffers: no unit is gathered.
+    EXPECT_TRUE(reports[0].slices_written);
+    EXPECT_TRUE(reports[1].slices_written);
     if (c.colocate) {
       // On the CPU each rank writes its shards into the engines' parameters: no bucket.
       EXPECT_EQ(reports[0].buckets, 0);
@@ -327,6 +331,8 @@ TEST_F(TrainActorWeightSyncTest, LoraEnginesGetMergedWeightsAndThenOnlyTheAdapte
       train(group, static_cast<int>(version));
       const auto reports =
           actors::get_all(group.call_all(&TrainActor::update_weights, version, true));
+      // Merged tensors are computed from gathered units, whatever the placement.
+      EXPECT_FALSE(reports[0].slices_written) << "version " << version;
       if (sync == 0) {
         EXPECT_GT(reports[0].bytes, 3 * adapted_bytes) << "version " << version;
       } else {
