@@ -143,11 +143,6 @@ void PeerMemory::transfer(bool reading, int peer, uint64_t remote, void* local,
   }
 }
 
-std::string PeerMemory::descriptor_path(int peer, int descriptor) const {
-  return "/proc/" + std::to_string(pids_[static_cast<size_t>(peer)]) + "/fd/" +
-         std::to_string(descriptor);
-}
-
 char* PeerMemory::map_segment(int peer, const UnnamedSegmentPlace& place) {
   auto found = mapped_.find({peer, place.inode});
   if (found == mapped_.end()) {
@@ -161,9 +156,7 @@ char* PeerMemory::map_segment(int peer, const UnnamedSegmentPlace& place) {
     try {
       // Shared and populated: the peer's pages themselves, with no fault on the first copy.
       SharedMemorySegment segment =
-          SharedMemorySegment::open_writable(descriptor_path(peer, place.descriptor), place.size);
-      // The descriptor may have been closed and reused since the peer published it.
-      if (segment.inode() != place.inode) return nullptr;
+          open_unnamed_segment_of(pids_[static_cast<size_t>(peer)], place);
       found = mapped_.emplace(std::make_pair(peer, place.inode), std::move(segment)).first;
     } catch (const IoError&) {
       return nullptr;

@@ -59,8 +59,6 @@ class PeerMemory {
   PeerMemory(int rank, std::vector<pid_t> pids) : rank_(rank), pids_(std::move(pids)) {}
   void transfer(bool reading, int peer, uint64_t remote, void* local, size_t bytes) const;
 
-  std::string descriptor_path(int peer, int descriptor) const;
-
   int rank_;
   std::vector<pid_t> pids_;
   std::map<std::pair<int, uint64_t>, SharedMemorySegment> mapped_;  // by (peer, inode)

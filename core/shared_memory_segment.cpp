@@ -335,6 +335,18 @@ std::optional<UnnamedSegmentPlace> find_unnamed_segment(const void* address, siz
   return found;
 }
 
+SharedMemorySegment open_unnamed_segment_of(int64_t pid, const UnnamedSegmentPlace& place) {
+  const std::string path =
+      "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(place.descriptor);
+  SharedMemorySegment segment = SharedMemorySegment::open_writable(path, place.size);
+  if (segment.inode() != place.inode) {
+    throw IoError(path + " is no longer the published segment (inode " +
+                  std::to_string(segment.inode()) + ", published " + std::to_string(place.inode) +
+                  ")");
+  }
+  return segment;
+}
+
 at::Tensor empty_for_same_host_peers(int64_t nbytes, c10::Device device) {
   auto options = at::TensorOptions().dtype(at::kByte).device(device);
   if (nbytes == 0 || !device.is_cpu()) return at::empty({nbytes}, options);

@@ -118,6 +118,11 @@ struct UnnamedSegmentPlace {
 };
 // nullopt unless [address, address + bytes) lies wholly inside one such segment.
 std::optional<UnnamedSegmentPlace> find_unnamed_segment(const void* address, size_t bytes);
+// The segment at `place` in the process `pid` on this host, mapped shared and writable (and
+// populated): "/proc/<pid>/fd/<descriptor>" opened, its inode checked. Throws IoError when it
+// cannot be opened or its inode differs (the descriptor was closed and reused since `place` was
+// published).
+SharedMemorySegment open_unnamed_segment_of(int64_t pid, const UnnamedSegmentPlace& place);
 
 // A 1-D uint8 tensor of `nbytes` on `device` that collectives on this host read at memory speed.
 // On the CPU it lies in a new unnamed segment, which lives as long as the tensor and its views.

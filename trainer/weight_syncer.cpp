@@ -632,19 +632,17 @@ void WeightSyncer::map_root_buffers(const at::Tensor& places) {
   }
   if (root_segments_.size() != 2) root_segments_.resize(2);
   for (int64_t i = 0; i < 2; ++i) {
-    const auto* place = places[i].data_ptr<int64_t>();
-    const std::string path =
-        "/proc/" + std::to_string(place[0]) + "/fd/" + std::to_string(place[1]);
+    const auto* published = places[i].data_ptr<int64_t>();
+    const UnnamedSegmentPlace place{static_cast<int>(published[1]),
+                                    static_cast<uint64_t>(published[2]),
+                                    static_cast<uint64_t>(published[3]), published[4]};
     SharedMemorySegment& segment = root_segments_[static_cast<size_t>(i)];
-    if (segment.name() == path && segment.inode() == static_cast<uint64_t>(place[2])) continue;
+    // A segment's inode is its own while this rank maps it: the same inode, the same buffer.
+    if (segment.inode() == place.inode) continue;
     bucket_writers_.clear();  // they write into the old mapping
-    segment = SharedMemorySegment::open_writable(path, place[4]);
-    // The descriptor may have been closed and reused since rank 0 published it.
-    if (segment.inode() != static_cast<uint64_t>(place[2])) {
-      segment = SharedMemorySegment();
-      throw IoError(path + " is no longer rank 0's broadcast buffer");
-    }
-    root_buffers_[i] = segment.as_tensor().narrow(0, place[3], bytes);
+    segment = SharedMemorySegment();
+    segment = open_unnamed_segment_of(published[0], place);
+    root_buffers_[i] = segment.as_tensor().narrow(0, static_cast<int64_t>(place.offset), bytes);
   }
 }
 
