@@ -384,7 +384,9 @@ TEST_F(RolloutEngineActorTest, ControlsReachTheEngineWhileAGenerateIsInFlight) {
   EXPECT_EQ(outputs[1][0].finish_reason, engine::FinishReason::kLength);
   EXPECT_EQ(outputs[1][0].completion_tokens(), 12);
 
-  // abort_all ends a generate that would otherwise run for a long time.
+  // abort_all ends a generate that would otherwise run for a long time. Once it has begun, the
+  // engine pauses with it in flight, so a fast machine cannot finish its 500 tokens before the
+  // abort arrives.
   auto long_one =
       actor.call(&RolloutEngine::generate_all,
                  std::vector<engine::GenerateRequest>{greedy("long", prompt(4, 6), 500)});
@@ -392,7 +394,9 @@ TEST_F(RolloutEngineActorTest, ControlsReachTheEngineWhileAGenerateIsInFlight) {
   while (actor.call(&RolloutEngine::stats).get(10s).generated_tokens == generated_before &&
          std::chrono::steady_clock::now() < deadline + 20s) {
   }
+  actor.call(&RolloutEngine::pause_generation, false).get();
   actor.call(&RolloutEngine::abort_all).get();
+  actor.call(&RolloutEngine::continue_generation).get();
   const Outputs ended = long_one.get(30s);
   EXPECT_EQ(ended[0][0].finish_reason, engine::FinishReason::kAbort);
   EXPECT_LT(ended[0][0].completion_tokens(), 500);
